@@ -1,0 +1,88 @@
+"""agent-lattice: durable coordinated LLM agents on Temporal.
+
+Every ``agent.query()`` runs as a Temporal workflow: model requests and tool calls are
+activities, so a conversation survives a crashed process, worker or server.
+"""
+
+from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
+from ._errors import (
+    AbortError,
+    AgentRunError,
+    APIError,
+    ConcurrentQueryError,
+    ConfigurationError,
+    LatticeError,
+    MaxTurnsError,
+    OptionError,
+    TimeoutError,
+)
+from ._messages import (
+    AssistantMessage,
+    ContentBlock,
+    ErrorInfo,
+    ModelMessage,
+    RedactedThinkingBlock,
+    ResultMessage,
+    SDKMessage,
+    StreamEventMessage,
+    SystemMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
+from ._tools import ToolContext, ToolDefinition, ToolResult, tool
+from .client import DevServer, Runtime, get_default_runtime, set_default_runtime
+from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
+from .worker import LatticePlugin, create_worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APIError",
+    "AbortError",
+    "Agent",
+    "AgentLike",
+    "AgentRunError",
+    "AgentSpec",
+    "AnthropicModelClient",
+    "AssistantMessage",
+    "ConcurrentQueryError",
+    "ConfigurationError",
+    "ContentBlock",
+    "DevServer",
+    "ErrorInfo",
+    "LatticeError",
+    "LatticePlugin",
+    "MaxTurnsError",
+    "ModelClient",
+    "ModelMessage",
+    "ModelRequest",
+    "OptionError",
+    "ProviderError",
+    "RedactedThinkingBlock",
+    "ResultMessage",
+    "Runtime",
+    "SDKMessage",
+    "StreamEventMessage",
+    "SystemMessage",
+    "TextBlock",
+    "ThinkingBlock",
+    "TimeoutError",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolResult",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Usage",
+    "UserMessage",
+    "create_agent",
+    "create_bare_agent",
+    "create_worker",
+    "define_agent",
+    "get_default_runtime",
+    "set_default_runtime",
+    "tool",
+]

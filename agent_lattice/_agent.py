@@ -1,0 +1,253 @@
+"""Agents: configuration plus one conversation. Execution lives in the runtime (``client/``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ._errors import ConcurrentQueryError, OptionError
+from ._messages import ModelMessage, ResultMessage, SDKMessage
+from ._options import check_options
+from ._tools import ToolDefinition
+from .providers import AnthropicModelClient, ModelClient
+
+if TYPE_CHECKING:
+    from .client._query import QueryRun
+    from .client._runtime import Runtime
+
+__all__ = [
+    "Agent",
+    "AgentLike",
+    "AgentSpec",
+    "create_agent",
+    "create_bare_agent",
+    "define_agent",
+]
+
+DEFAULT_MAX_TURNS = 50
+DEFAULT_MAX_TOKENS = 4096
+
+AGENT_OPTIONS = frozenset(
+    {
+        "api_key",
+        "base_url",
+        "model",
+        "max_tokens",
+        "name",
+        "system_prompt",
+        "tools",
+        "max_turns",
+        "model_client",
+        "task_queue",
+    }
+)
+QUERY_OPTIONS = frozenset({"stream", "runtime"})
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """An agent's validated options (no session state)."""
+
+    model: str
+    name: str | None = None
+    system_prompt: str | None = None
+    tools: tuple[ToolDefinition[Any], ...] = ()
+    max_turns: int = DEFAULT_MAX_TURNS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    api_key: str | None = field(default=None, repr=False)
+    base_url: str | None = None
+    model_client: ModelClient | None = None
+    task_queue: str | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
+        check_options("AgentOptions", options, AGENT_OPTIONS)
+        model = options.get("model")
+        if not isinstance(model, str) or not model:
+            raise OptionError("AgentOptions: model is required (a model name string)")
+        name = options.get("name")
+        if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
+            raise OptionError(
+                f"AgentOptions: name must contain only letters, digits, '_', '.' or '-'; got {name!r}"
+            )
+        tools = tuple(options.get("tools") or ())
+        seen: set[str] = set()
+        for t in tools:
+            if not isinstance(t, ToolDefinition):
+                raise OptionError(
+                    f"AgentOptions: tools must be ToolDefinition objects (use tool()); got {type(t).__name__}"
+                )
+            if t.name in seen:
+                raise OptionError(f"AgentOptions: duplicate tool name {t.name!r}")
+            seen.add(t.name)
+        for key in ("max_turns", "max_tokens"):
+            value = options.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise OptionError(f"AgentOptions: {key} must be a positive integer; got {value!r}")
+        client = options.get("model_client")
+        if client is not None and not isinstance(client, ModelClient):
+            raise OptionError("AgentOptions: model_client must implement ModelClient.create()")
+        return cls(
+            model=model,
+            name=name,
+            system_prompt=options.get("system_prompt"),
+            tools=tools,
+            max_turns=options.get("max_turns") or DEFAULT_MAX_TURNS,
+            max_tokens=options.get("max_tokens") or DEFAULT_MAX_TOKENS,
+            api_key=options.get("api_key"),
+            base_url=options.get("base_url"),
+            model_client=client,
+            task_queue=options.get("task_queue"),
+        )
+
+    def fingerprint(self) -> str:
+        """A stable digest of what the model sees: workers and clients agree on it."""
+        doc = {
+            "name": self.name,
+            "model": self.model,
+            "system": self.system_prompt,
+            "tools": [t.spec().model_dump() for t in self.tools],
+            "max_tokens": self.max_tokens,
+        }
+        raw = json.dumps(doc, sort_keys=True, default=str).encode()
+        return hashlib.sha256(raw).hexdigest()[:12]
+
+
+class Agent:
+    """One conversation with one agent. Create it with :func:`create_agent` and friends.
+
+    An Agent runs one query at a time; each query is a durable Temporal workflow.
+    """
+
+    def __init__(self, config: AgentConfig, *, session_id: str | None = None) -> None:
+        self.config = config
+        self.session_id = session_id or uuid.uuid4().hex
+        self.model_client: ModelClient = config.model_client or AnthropicModelClient(
+            api_key=config.api_key, base_url=config.base_url
+        )
+        self._history: list[ModelMessage] = []
+        self._queries = 0
+        self._run: QueryRun | None = None
+        self._runtime: Runtime | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name or "agent"
+
+    @property
+    def key(self) -> str:
+        """Identifies this agent's definition to workers (name and config fingerprint)."""
+        return f"{self.name}.{self.config.fingerprint()}"
+
+    @property
+    def task_queue(self) -> str:
+        """The queue its queries run on: the ``task_queue`` option, else one derived from the
+        definition (``LATTICE_TASK_QUEUE_PREFIX`` prepended, so test runs stay apart)."""
+        prefix = os.environ.get("LATTICE_TASK_QUEUE_PREFIX", "")
+        return self.config.task_queue or f"{prefix}lattice.{self.key}"
+
+    @property
+    def tools(self) -> tuple[ToolDefinition[Any], ...]:
+        return self.config.tools
+
+    def tool(self, name: str) -> ToolDefinition[Any] | None:
+        return next((t for t in self.config.tools if t.name == name), None)
+
+    def query(
+        self, prompt: str | Sequence[Mapping[str, Any]], **options: Any
+    ) -> AsyncIterator[SDKMessage]:
+        """Run one query; yields ``system``, ``stream_event``, ``assistant``, ``user``, ``result``.
+
+        Options: ``stream=False`` turns off live model streaming; ``runtime=`` picks a
+        :class:`~agent_lattice.Runtime` (default: the process runtime from the environment).
+        """
+        check_options("QueryOptions", options, QUERY_OPTIONS)
+        if self._run is not None:
+            raise ConcurrentQueryError(
+                "this Agent is already running a query; an Agent is one conversation. "
+                "Create one Agent per concurrent conversation."
+            )
+        from .client._query import QueryRun
+
+        self._queries += 1
+        self._run = QueryRun(self, prompt, index=self._queries, **options)
+        return self._run.messages(on_done=self._finish)
+
+    def _finish(self, new_messages: list[ModelMessage]) -> None:
+        self._history.extend(new_messages)
+        self._run = None
+
+    async def prompt(
+        self, prompt: str | Sequence[Mapping[str, Any]], **options: Any
+    ) -> ResultMessage:
+        """Run a query and return its final :class:`ResultMessage` (errors included)."""
+        result: ResultMessage | None = None
+        async for message in self.query(prompt, **options):
+            if isinstance(message, ResultMessage):
+                result = message
+        assert result is not None, "a query always ends with a result message"
+        return result
+
+    def interrupt(self) -> bool:
+        """End the running query with ``interrupted``; False when no query is running."""
+        return self._run.interrupt() if self._run is not None else False
+
+    async def get_history(self) -> list[ModelMessage]:
+        """A copy of the conversation history."""
+        return [m.model_copy(deep=True) for m in self._history]
+
+    @property
+    def history(self) -> list[ModelMessage]:
+        return list(self._history)
+
+    def bind_runtime(self, runtime: Runtime) -> Agent:
+        """Run this agent's queries on ``runtime`` instead of the process default."""
+        self._runtime = runtime
+        return self
+
+
+@runtime_checkable
+class AgentLike(Protocol):
+    """What Agent (and Team) have in common: anything that can be asked and interrupted."""
+
+    def query(self, prompt: Any, **options: Any) -> AsyncIterator[Any]: ...
+
+    async def prompt(self, prompt: Any, **options: Any) -> ResultMessage: ...
+
+    def interrupt(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """A template: the same options as :func:`create_agent`, no state. ``spawn()`` a session."""
+
+    options: Mapping[str, Any]
+
+    def spawn(self, *, session_id: str | None = None) -> Agent:
+        return Agent(AgentConfig.from_options(self.options), session_id=session_id)
+
+
+def create_agent(**options: Any) -> Agent:
+    """Create a live agent session (one conversation, one history)."""
+    return Agent(AgentConfig.from_options(options))
+
+
+def create_bare_agent(**options: Any) -> Agent:
+    """Create an agent with exactly the prompt and tools you pass, nothing built in."""
+    return Agent(AgentConfig.from_options(options))
+
+
+def define_agent(**options: Any) -> AgentSpec:
+    """Validate options now and return an :class:`AgentSpec` to ``spawn()`` sessions from."""
+    AgentConfig.from_options(options)
+    return AgentSpec(dict(options))

@@ -1,0 +1,85 @@
+"""The error tree of agent-lattice.
+
+Every error the library raises derives from :class:`LatticeError`::
+
+    LatticeError
+    ├── OptionError            a developer mistake found at assembly time (unknown option, bad value)
+    ├── ConcurrentQueryError   a second query() on an Agent that is still running one
+    ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
+    └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
+        ├── APIError           the model provider answered with an error
+        ├── MaxTurnsError      ``max_turns`` model requests were made without a final answer
+        ├── TimeoutError       a request or query deadline passed (``error_timeout``)
+        └── AbortError         the query was cancelled (``error_abort``)
+
+Developer mistakes (``OptionError``) are kept apart from run failures (``AgentRunError``):
+the first are raised by factories such as ``create_agent`` and ``tool``, the second describe
+how a query ended and are carried by the final ``ResultMessage``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APIError",
+    "AbortError",
+    "AgentRunError",
+    "ConcurrentQueryError",
+    "ConfigurationError",
+    "LatticeError",
+    "MaxTurnsError",
+    "OptionError",
+    "TimeoutError",
+]
+
+
+class LatticeError(Exception):
+    """Root of every error raised by agent-lattice."""
+
+
+class OptionError(LatticeError, ValueError):
+    """An option, schema or argument is invalid; raised at assembly time."""
+
+
+class ConcurrentQueryError(LatticeError):
+    """An Agent is one conversation: a second query while one runs is rejected."""
+
+
+class ConfigurationError(LatticeError):
+    """The runtime could not be configured (Temporal unreachable, binary missing, ...)."""
+
+
+class AgentRunError(LatticeError):
+    """A query ended with an error result."""
+
+    def __init__(self, message: str, *, subtype: str = "error_during_execution") -> None:
+        super().__init__(message)
+        self.subtype = subtype
+
+
+class APIError(AgentRunError):
+    """The model provider returned an error (HTTP status in ``status_code`` when known)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message, subtype="error_during_execution")
+        self.status_code = status_code
+
+
+class MaxTurnsError(AgentRunError):
+    """The query reached ``max_turns`` model requests without finishing."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, subtype="error_max_turns")
+
+
+class TimeoutError(AgentRunError):
+    """A deadline passed (``error_timeout``); safe to retry, unlike a cancellation."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, subtype="error_timeout")
+
+
+class AbortError(AgentRunError):
+    """The query was cancelled by its caller (``error_abort``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, subtype="error_abort")

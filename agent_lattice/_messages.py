@@ -1,0 +1,256 @@
+"""Typed messages: content blocks, conversation messages, and what ``query()`` yields.
+
+Content blocks follow the Anthropic Messages wire format, field for field, so a history can
+be sent to any Anthropic-compatible endpoint as it is. Unknown block types (new provider
+features) are kept as :class:`OtherBlock` with every field preserved, never dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+__all__ = [
+    "AssistantMessage",
+    "ContentBlock",
+    "ErrorInfo",
+    "ModelMessage",
+    "OtherBlock",
+    "RedactedThinkingBlock",
+    "ResultMessage",
+    "ResultSubtype",
+    "SDKMessage",
+    "StreamEventMessage",
+    "SystemMessage",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Usage",
+    "UserMessage",
+]
+
+
+class _Block(BaseModel):
+    # Providers add fields (citations, cache_control, ...): keep them so history round-trips.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class TextBlock(_Block):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | list[dict[str, Any]] = ""
+    is_error: bool = False
+
+
+class ThinkingBlock(_Block):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class RedactedThinkingBlock(_Block):
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class OtherBlock(_Block):
+    """Any other block (image, document, server tool blocks...), kept verbatim."""
+
+    type: str
+
+
+_KNOWN_BLOCKS = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+
+
+def _block_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _KNOWN_BLOCKS else "other"
+
+
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
+    | Annotated[OtherBlock, Tag("other")],
+    Discriminator(_block_tag),
+]
+
+
+class Usage(BaseModel):
+    """Token usage; summed over every model request of a query in ``ResultMessage.usage``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+
+class ModelMessage(BaseModel):
+    """One message of the conversation history, in the provider's wire shape.
+
+    Assistant messages also carry provider metadata (``provider_response_id``, the ``model``
+    that served the response, ``stop_reason`` and ``usage``); :meth:`to_wire` leaves them out.
+    """
+
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+    provider_response_id: str | None = None
+    model: str | None = None
+    stop_reason: str | None = None
+    usage: Usage | None = None
+
+    @property
+    def blocks(self) -> list[ContentBlock]:
+        if isinstance(self.content, str):
+            return [TextBlock(text=self.content)]
+        return list(self.content)
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.blocks if isinstance(b, ToolUseBlock)]
+
+    def to_wire(self) -> dict[str, Any]:
+        content: Any = (
+            self.content
+            if isinstance(self.content, str)
+            else [b.model_dump(mode="json", exclude_none=True) for b in self.content]
+        )
+        return {"role": self.role, "content": content}
+
+
+class SystemMessage(BaseModel):
+    """``init`` at query start (model, tools, session id); ``compaction`` after a compaction."""
+
+    type: Literal["system"] = "system"
+    subtype: Literal["init", "compaction"] = "init"
+    session_id: str
+    model: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    agent: str | None = None
+    run_id: str | None = None
+    compacted_messages: int | None = None
+    usage: Usage | None = None
+
+
+class StreamEventMessage(BaseModel):
+    """A raw provider stream event (``.event``), live while the model responds.
+
+    ``turn`` is the 1-based model request of the query; ``attempt`` is the delivery attempt of
+    that request. When ``attempt`` grows for the same turn the earlier attempt failed midway:
+    discard what you rendered of that turn, the retry streams the response again.
+    """
+
+    type: Literal["stream_event"] = "stream_event"
+    event: dict[str, Any]
+    session_id: str
+    turn: int = 1
+    attempt: int = 1
+
+
+class AssistantMessage(BaseModel):
+    """A complete model turn: text / tool_use blocks plus provider metadata."""
+
+    type: Literal["assistant"] = "assistant"
+    message: ModelMessage
+    session_id: str
+    turn: int = 1
+
+
+class UserMessage(BaseModel):
+    """The tool results of one whole tool batch (the prompt itself is never echoed)."""
+
+    type: Literal["user"] = "user"
+    message: ModelMessage
+    session_id: str
+
+
+ResultSubtype = Literal[
+    "success",
+    "interrupted",
+    "error_max_turns",
+    "error_missing_output",
+    "error_timeout",
+    "error_abort",
+    "error_during_execution",
+]
+
+
+class ErrorInfo(BaseModel):
+    """What went wrong, for error results: the error class name, message and HTTP status."""
+
+    type: str
+    message: str
+    status_code: int | None = None
+
+
+class ResultMessage(BaseModel):
+    """The last message of every query."""
+
+    type: Literal["result"] = "result"
+    subtype: ResultSubtype
+    result: str | None = None
+    structured_result: Any = None
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: str | None = None
+    is_error: bool = False
+    num_turns: int = 0
+    session_id: str
+    run_id: str | None = None
+    duration_ms: int | None = None
+    error: ErrorInfo | None = None
+
+    def raise_for_error(self) -> ResultMessage:
+        """Raise the matching :class:`~agent_lattice.AgentRunError` for an error result."""
+        from . import _errors
+
+        if not self.is_error:
+            return self
+        info = self.error or ErrorInfo(type="AgentRunError", message=self.subtype)
+        if info.type == "APIError":
+            raise _errors.APIError(info.message, status_code=info.status_code)
+        by_subtype: dict[str, type[_errors.AgentRunError]] = {
+            "error_max_turns": _errors.MaxTurnsError,
+            "error_timeout": _errors.TimeoutError,
+            "error_abort": _errors.AbortError,
+        }
+        cls = by_subtype.get(self.subtype)
+        if cls is not None:
+            raise cls(info.message)
+        raise _errors.AgentRunError(info.message, subtype=self.subtype)
+
+
+SDKMessage = Annotated[
+    SystemMessage | StreamEventMessage | AssistantMessage | UserMessage | ResultMessage,
+    Field(discriminator="type"),
+]

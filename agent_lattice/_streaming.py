@@ -1,0 +1,170 @@
+"""The live side channel: model activities push raw stream events to whoever runs ``query()``.
+
+Durable messages (assistant, user, result...) come from the workflow itself. Token-level
+stream events are ephemeral and would bloat workflow history, so they take this side channel:
+the querying process listens on a TCP port (``stream_to`` in the workflow input, no secret in
+it but a random channel token) and the model activity, wherever it runs, connects and writes
+one JSON line per event. When the activity runs in the same process as the listener the events
+are handed over in memory. Either way the sender waits for the receiver's acknowledgement
+before the activity completes, so every stream event of a turn is queued before that turn's
+assistant message can reach the consumer; a slow consumer slows the sender (bounded queues
+and TCP flow control), nothing is dropped or reordered.
+
+Streaming is best effort: a sender that cannot reach its receiver goes on silently, the
+durable messages still arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["StreamReceiver", "StreamSender"]
+
+log = logging.getLogger("agent_lattice.stream")
+
+Deliver = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Receivers living in this process, by address: the in-memory fast path.
+_LOCAL: dict[str, StreamReceiver] = {}
+
+_CONNECT_TIMEOUT = 2.0
+_ACK_TIMEOUT = 30.0
+
+
+class StreamReceiver:
+    """Accepts stream events for the queries this process is running."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._host = host
+        self._server: asyncio.base_events.Server | None = None
+        self._channels: dict[str, Deliver] = {}
+        self.address: str | None = None
+
+    async def start(self) -> str:
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, self._host, 0, limit=2**24)
+            port = self._server.sockets[0].getsockname()[1]
+            self.address = f"tcp://{self._host}:{port}"
+            _LOCAL[self.address] = self
+        assert self.address is not None
+        return self.address
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            _LOCAL.pop(self.address or "", None)
+            self._server = None
+
+    def open(self, deliver: Deliver) -> str:
+        """Register a consumer; returns the channel id to put into the workflow input."""
+        channel = secrets.token_urlsafe(16)
+        self._channels[channel] = deliver
+        return channel
+
+    def discard(self, channel: str) -> None:
+        self._channels.pop(channel, None)
+
+    def deliverer(self, channel: str) -> Deliver | None:
+        return self._channels.get(channel)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            header = json.loads(await reader.readline() or b"{}")
+            deliver = self._channels.get(str(header.get("channel")))
+            if deliver is None:
+                writer.write(b"gone\n")
+                await writer.drain()
+                return
+            writer.write(b"ready\n")
+            await writer.drain()
+            while line := await reader.readline():
+                item = json.loads(line)
+                if item.get("end"):
+                    writer.write(b"ok\n")
+                    await writer.drain()
+                    return
+                await deliver(item)
+        except (ConnectionError, json.JSONDecodeError, asyncio.IncompleteReadError) as err:
+            log.debug("stream connection ended: %s", err)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class StreamSender:
+    """Sends one model response's events to a receiver; never raises into the caller."""
+
+    def __init__(
+        self, address: str, channel: str, *, turn: int, attempt: int, after: int = 0
+    ) -> None:
+        self._address = address
+        self._channel = channel
+        # ``after``: durable messages the workflow published before this request.
+        self._meta = {"turn": turn, "attempt": attempt, "after": after}
+        self._local: Deliver | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._dead = False
+
+    async def __aenter__(self) -> StreamSender:
+        receiver = _LOCAL.get(self._address)
+        if receiver is not None:
+            self._local = receiver.deliverer(self._channel)
+            self._dead = self._local is None
+            return self
+        try:
+            host, port = self._address.removeprefix("tcp://").rsplit(":", 1)
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT
+            )
+            self._writer.write(json.dumps({"channel": self._channel}).encode() + b"\n")
+            await self._writer.drain()
+            answer = await asyncio.wait_for(self._reader.readline(), _CONNECT_TIMEOUT)
+            if answer.strip() != b"ready":
+                self._fail("receiver has no such channel")
+        except (TimeoutError, OSError, ValueError) as err:
+            self._fail(str(err))
+        return self
+
+    async def send(self, event: dict[str, Any]) -> None:
+        if self._dead:
+            return
+        item = {**self._meta, "event": event}
+        if self._local is not None:
+            await self._local(item)
+            return
+        assert self._writer is not None
+        try:
+            self._writer.write(json.dumps(item).encode() + b"\n")
+            await self._writer.drain()
+        except OSError as err:
+            self._fail(str(err))
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._writer is None:
+            return
+        try:
+            if not self._dead and exc[0] is None:
+                self._writer.write(b'{"end": true}\n')
+                await self._writer.drain()
+                assert self._reader is not None
+                await asyncio.wait_for(self._reader.readline(), _ACK_TIMEOUT)
+        except (TimeoutError, OSError) as err:
+            log.debug("stream acknowledgement lost: %s", err)
+        finally:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+
+    def _fail(self, why: str) -> None:
+        log.debug("live streaming to %s disabled: %s", self._address, why)
+        self._dead = True

@@ -1,0 +1,132 @@
+"""Model-request and tool-call activities, bound to the worker's agent registry."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from .._messages import ModelMessage, ToolResultBlock
+from .._streaming import StreamSender
+from .._tools import ToolContext
+from ..providers import ModelRequest, ProviderError
+from ..workflows._types import ModelCallInput, ToolCallInput, ToolCallOutput
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+    from ..worker._registry import AgentRegistry
+
+
+class AgentActivities:
+    """The activities of every agent a worker serves; holds the registry it resolves keys in."""
+
+    def __init__(self, registry: AgentRegistry) -> None:
+        self._registry = registry
+
+    def _agent(self, key: str, session_id: str) -> Agent:
+        agent = self._registry.get(key, session_id)
+        if agent is None:
+            raise ApplicationError(
+                f"agent {key!r} is not registered on this worker (task queue "
+                f"{activity.info().task_queue!r}); known: {', '.join(self._registry.keys()) or 'none'}",
+                type="AgentNotRegistered",
+                non_retryable=True,
+            )
+        return agent
+
+    @activity.defn(name="lattice.model_request")
+    async def model_request(self, input: ModelCallInput) -> ModelMessage:
+        agent = self._agent(input.agent_key, input.session_id)
+        config = agent.config
+        request = ModelRequest(
+            model=config.model,
+            messages=input.messages,
+            system=config.system_prompt,
+            tools=[t.spec() for t in config.tools],
+            max_tokens=config.max_tokens,
+            stream=input.stream,
+        )
+        attempt = activity.info().attempt
+        async with _heartbeating():
+            if input.stream and input.stream_to and input.stream_channel:
+                async with StreamSender(
+                    input.stream_to,
+                    input.stream_channel,
+                    turn=input.turn,
+                    attempt=attempt,
+                    after=input.after,
+                ) as sender:
+                    return await _call_model(agent, request, sender.send)
+            return await _call_model(agent, request, None)
+
+    @activity.defn(name="lattice.tool_call")
+    async def tool_call(self, input: ToolCallInput) -> ToolCallOutput:
+        agent = self._agent(input.agent_key, input.session_id)
+        use = input.tool_use
+        definition = agent.tool(use.name)
+        if definition is None:
+            return ToolCallOutput(
+                block=ToolResultBlock(
+                    tool_use_id=use.id, content=f"Unknown tool {use.name!r}.", is_error=True
+                )
+            )
+        ctx = ToolContext(
+            session_id=input.session_id,
+            tool_use_id=use.id,
+            tool_name=use.name,
+            agent_name=agent.config.name,
+            context=input.context,
+            run_id=input.run_id,
+        )
+        async with _heartbeating():
+            result = await definition.invoke(use.input, ctx)
+        return ToolCallOutput(
+            block=ToolResultBlock(
+                tool_use_id=use.id, content=result.content, is_error=result.is_error
+            ),
+            end_turn=result.end_turn,
+            structured_result=result.structured_result if result.end_turn else None,
+        )
+
+
+async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> ModelMessage:
+    try:
+        return await agent.model_client.create(request, on_event=on_event)  # type: ignore[arg-type]
+    except ProviderError as err:
+        raise ApplicationError(
+            err.message,
+            {"status_code": err.status_code, "error_type": err.error_type},
+            type="ProviderError" if err.retryable else "ProviderRejected",
+            non_retryable=not err.retryable,
+            next_retry_delay=timedelta(seconds=err.retry_after)
+            if err.retry_after is not None
+            else None,
+        ) from None
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat in the background (half the heartbeat timeout) so cancellation gets through."""
+    info = activity.info()
+    if info.is_local or not info.heartbeat_timeout:
+        yield
+        return
+    interval = max(info.heartbeat_timeout.total_seconds() / 2, 0.05)
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

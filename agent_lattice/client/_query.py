@@ -1,0 +1,194 @@
+"""One query from the caller's side: start the workflow, merge live and durable messages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import TypeAdapter
+from temporalio.common import WorkflowIDReusePolicy
+
+from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
+from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput
+from ._runtime import Runtime, get_default_runtime
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+__all__ = ["QueryRun"]
+
+_BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
+# Bounded: a consumer that stops reading slows the producers down instead of piling up events.
+QUEUE_SIZE = 256
+_END = object()
+
+
+def workflow_id_for(agent: Agent, index: int) -> str:
+    return f"{agent.name}-{agent.session_id}-{index}"
+
+
+class QueryRun:
+    """Drives one ``agent.query()``; :meth:`messages` is the iterator the caller sees."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        index: int,
+        stream: bool = True,
+        runtime: Runtime | None = None,
+    ) -> None:
+        self.agent = agent
+        self.prompt: str | list[ContentBlock] = (
+            prompt if isinstance(prompt, str) else _BLOCKS.validate_python(list(prompt))
+        )
+        self.workflow_id = workflow_id_for(agent, index)
+        self.stream = stream
+        self._runtime = runtime
+        self._handle: Any = None
+        self._interrupt_requested = False
+        self._done = False
+        self._signals: list[asyncio.Task[None]] = []
+
+    def interrupt(self) -> bool:
+        if self._done:
+            return False
+        if not self._interrupt_requested:
+            self._interrupt_requested = True
+            if self._handle is not None:
+                self._send_interrupt()
+        return True
+
+    def _send_interrupt(self) -> None:
+        self._signals.append(asyncio.ensure_future(self._handle.signal("interrupt")))
+
+    async def messages(
+        self, on_done: Callable[[list[ModelMessage]], None]
+    ) -> AsyncIterator[SDKMessage]:
+        new_messages: list[ModelMessage] = []
+        try:
+            runtime = self._runtime or self.agent._runtime or await get_default_runtime()
+            async for message in self._run(runtime, new_messages):
+                yield message
+        finally:
+            self._done = True
+            on_done(new_messages)
+
+    async def _run(
+        self, runtime: Runtime, new_messages: list[ModelMessage]
+    ) -> AsyncIterator[SDKMessage]:
+        agent = self.agent
+        await runtime.ensure_worker(agent)
+        queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_SIZE)
+        session_id = agent.session_id
+        receiver = channel = None
+        if self.stream:
+            receiver = await runtime.stream_receiver()
+
+            async def deliver(item: dict[str, Any]) -> None:
+                await queue.put(
+                    StreamEventMessage(
+                        event=item["event"],
+                        session_id=session_id,
+                        turn=item.get("turn", 1),
+                        attempt=item.get("attempt", 1),
+                    )
+                )
+                await queue.put(item.get("after", 0))
+
+            channel = receiver.open(deliver)
+        config = agent.config
+        run_input = AgentRunInput(
+            agent=AgentRef(
+                key=agent.key,
+                name=agent.name,
+                model=config.model,
+                max_turns=config.max_turns,
+                tools=[t.name for t in config.tools],
+                cheap_tools=[t.name for t in config.tools if t.cheap],
+            ),
+            session_id=session_id,
+            prompt=self.prompt,
+            history=agent.history,
+            stream=self.stream,
+            stream_to=receiver.address if receiver else None,
+            stream_channel=channel,
+            settings=runtime.settings,
+        )
+        self._handle = await runtime.client.start_workflow(
+            "AgentWorkflow",
+            run_input,
+            id=self.workflow_id,
+            task_queue=agent.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            static_summary=f"{agent.name} · {config.model}",
+            static_details=f"session {session_id}",
+            result_type=AgentRunOutput,
+        )
+        if self._interrupt_requested:
+            self._send_interrupt()
+
+        async def pump_durable() -> None:
+            try:
+                async for message in runtime.durable_messages(self.workflow_id):
+                    await queue.put(message)
+            finally:
+                await queue.put(_END)
+
+        durable = asyncio.create_task(pump_durable())
+        finished = False
+        # A stream event says how many durable messages were published before its model
+        # request; it waits until the caller has seen those, so the order is the workflow's.
+        seen = 0
+        held: list[tuple[int, StreamEventMessage]] = []
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, StreamEventMessage):
+                    after = await queue.get()
+                    if after > seen or held:
+                        held.append((after, item))
+                        continue
+                    yield item
+                    continue
+                if isinstance(item, ResultMessage):
+                    finished = True
+                    new_messages.extend(await self._new_messages())
+                    for _, event in held:
+                        yield event
+                    yield item
+                    break
+                yield item
+                seen += 1
+                while held and held[0][0] <= seen:
+                    yield held.pop(0)[1]
+        finally:
+            if receiver is not None and channel is not None:
+                receiver.discard(channel)
+            durable.cancel()
+            with contextlib.suppress(BaseException):
+                await durable
+            if not finished:
+                # The caller stopped reading: end the run and keep the turns it completed.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._abandon(new_messages))
+            for task in self._signals:
+                with contextlib.suppress(Exception):
+                    await task
+
+    async def _new_messages(self) -> list[ModelMessage]:
+        try:
+            output: AgentRunOutput = await self._handle.result()
+        except Exception:
+            return []
+        return output.new_messages
+
+    async def _abandon(self, new_messages: list[ModelMessage]) -> None:
+        with contextlib.suppress(Exception):
+            await self._handle.signal("interrupt")
+        new_messages.extend(await asyncio.wait_for(self._new_messages(), 30))

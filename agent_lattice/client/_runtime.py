@@ -1,0 +1,251 @@
+"""The runtime: a Temporal client (configured or embedded), inline workers, the stream listener."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import TypeAdapter
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.worker import Worker
+
+from .._errors import ConfigurationError
+from .._messages import ErrorInfo, ResultMessage, SDKMessage
+from .._streaming import StreamReceiver
+from ..worker._plugin import LatticePlugin
+from ..worker._registry import AgentRegistry
+from ..workflows._agent import MESSAGES_TOPIC
+from ..workflows._types import ActivitySettings, AgentRunOutput
+from ._server import DevServer, lattice_home
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+__all__ = ["Runtime", "get_default_runtime", "set_default_runtime"]
+
+log = logging.getLogger("agent_lattice.runtime")
+
+SDK_MESSAGE: TypeAdapter[SDKMessage] = TypeAdapter(SDKMessage)
+
+
+class _QuietCancelledEviction(logging.Filter):
+    """A plain script ends with ``asyncio.run`` cancelling every task, inline workers included;
+    the eviction jobs it cancels are harmless there, so their errors are not shown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage().startswith("Failed running eviction job")
+            and isinstance(exc, asyncio.CancelledError)
+        )
+
+
+logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
+POLL_COOLDOWN_S = 0.02
+
+
+class Runtime:
+    """Where queries run: a Temporal client plus, for agents defined inline, workers in-process.
+
+    ``await Runtime.connect()`` reads ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE`` and
+    ``TEMPORAL_API_KEY``; without an address it starts or reuses the embedded dev server under
+    ``LATTICE_HOME``. ``inline_workers=False`` leaves execution to separate ``lattice worker``
+    processes.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        inline_workers: bool = True,
+        settings: ActivitySettings | None = None,
+        stream_host: str | None = None,
+        server: DevServer | None = None,
+    ) -> None:
+        self.client = client
+        self.inline_workers = inline_workers
+        self.settings = settings or ActivitySettings()
+        self.server = server
+        self._registry = AgentRegistry()
+        self._workers: dict[str, tuple[Worker, asyncio.Task[None]]] = {}
+        self._receiver = StreamReceiver(
+            stream_host or os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
+        )
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | None = None,
+        *,
+        namespace: str | None = None,
+        api_key: str | None = None,
+        inline_workers: bool | None = None,
+        settings: ActivitySettings | None = None,
+        quiet: bool = False,
+    ) -> Runtime:
+        address = address or os.environ.get("TEMPORAL_ADDRESS")
+        namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
+        api_key = api_key or os.environ.get("TEMPORAL_API_KEY")
+        server: DevServer | None = None
+        if not address:
+            server, started = await asyncio.to_thread(DevServer.ensure, lattice_home())
+            address = server.address
+            if started and not quiet:
+                print(
+                    f"agent-lattice: started the embedded Temporal server at {address} "
+                    f"(UI {server.ui_url}, data in {server.home})",
+                    file=sys.stderr,
+                )
+        if inline_workers is None:
+            inline_workers = os.environ.get("LATTICE_INLINE_WORKERS", "1") not in (
+                "0",
+                "false",
+                "no",
+            )
+        try:
+            client = await Client.connect(
+                address,
+                namespace=namespace,
+                api_key=api_key,
+                tls=bool(api_key),
+                data_converter=pydantic_data_converter,
+            )
+        except Exception as err:
+            raise ConfigurationError(f"could not connect to Temporal at {address}: {err}") from err
+        return cls(client, inline_workers=inline_workers, settings=settings, server=server)
+
+    # -- workers -------------------------------------------------------------------------
+
+    async def ensure_worker(self, agent: Agent) -> None:
+        """Serve ``agent`` from this process (inline agents of a script)."""
+        if not self.inline_workers:
+            return
+        self._registry.add_session(agent)
+        async with self._lock:
+            if agent.task_queue in self._workers:
+                return
+            worker = Worker(
+                self.client,
+                task_queue=agent.task_queue,
+                plugins=[LatticePlugin(self._registry)],
+            )
+            task = asyncio.create_task(worker.run(), name=f"lattice-worker-{agent.task_queue}")
+            self._workers[agent.task_queue] = (worker, task)
+
+    async def stream_receiver(self) -> StreamReceiver:
+        await self._receiver.start()
+        return self._receiver
+
+    async def close(self) -> None:
+        """Stop inline workers (gracefully) and the stream listener."""
+        workers, self._workers = list(self._workers.values()), {}
+        for worker, _task in workers:
+            with contextlib.suppress(Exception):
+                await worker.shutdown()
+        for _worker, task in workers:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await self._receiver.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def durable_messages(
+        self, workflow_id: str, *, from_offset: int = 0
+    ) -> AsyncIterator[SDKMessage]:
+        """The durable messages of a run (system, assistant, user, result) from ``from_offset``."""
+        return self._durable(workflow_id, from_offset)
+
+    async def _durable(self, workflow_id: str, from_offset: int) -> AsyncIterator[SDKMessage]:
+        stream = WorkflowStreamClient.create(self.client, workflow_id)
+        try:
+            async for item in stream.subscribe(
+                MESSAGES_TOPIC, from_offset=from_offset, poll_cooldown=_cooldown()
+            ):
+                message = SDK_MESSAGE.validate_python(item.data)
+                yield message
+                if isinstance(message, ResultMessage):
+                    return
+        except Exception as err:
+            # The run closed without a readable stream (no worker to answer, or it failed):
+            # fall back to what Temporal recorded as its outcome.
+            log.debug("stream of %s unavailable: %s", workflow_id, err)
+            yield await self.outcome(workflow_id)
+
+    async def outcome(self, workflow_id: str) -> ResultMessage:
+        """The result of a run, waiting for it to close; failures become error results."""
+        handle = self.client.get_workflow_handle(workflow_id, result_type=AgentRunOutput)
+        try:
+            output = await handle.result()
+            return output.result
+        except WorkflowFailureError as err:
+            cause = err.cause or err
+            return ResultMessage(
+                subtype="error_during_execution",
+                result=str(cause),
+                is_error=True,
+                session_id="",
+                error=ErrorInfo(type=type(cause).__name__, message=str(cause)),
+            )
+
+    async def interrupt(self, workflow_id: str) -> bool:
+        """Interrupt a running query by workflow id; False when it is not running."""
+        handle = self.client.get_workflow_handle(workflow_id)
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return False
+        await handle.signal("interrupt")
+        return True
+
+    async def list_runs(self, limit: int = 20) -> list[Any]:
+        runs = []
+        async for execution in self.client.list_workflows(
+            "WorkflowType = 'AgentWorkflow'", limit=limit
+        ):
+            runs.append(execution)
+        return runs
+
+
+def _cooldown() -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=POLL_COOLDOWN_S)
+
+
+_DEFAULT: dict[int, Runtime] = {}
+_DEFAULT_LOCKS: dict[int, asyncio.Lock] = {}
+
+
+async def get_default_runtime() -> Runtime:
+    """The process runtime for the running event loop, connected on first use."""
+    loop_id = id(asyncio.get_running_loop())
+    lock = _DEFAULT_LOCKS.setdefault(loop_id, asyncio.Lock())
+    async with lock:
+        runtime = _DEFAULT.get(loop_id)
+        if runtime is None:
+            runtime = await Runtime.connect()
+            _DEFAULT[loop_id] = runtime
+        return runtime
+
+
+def set_default_runtime(runtime: Runtime | None) -> None:
+    """Use ``runtime`` for agents of the running event loop that have none bound."""
+    loop_id = id(asyncio.get_running_loop())
+    if runtime is None:
+        _DEFAULT.pop(loop_id, None)
+    else:
+        _DEFAULT[loop_id] = runtime

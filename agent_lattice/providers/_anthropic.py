@@ -1,0 +1,161 @@
+"""The built-in client for Anthropic and Anthropic-compatible endpoints (DeepSeek, Kimi, ...)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anthropic
+
+from .._messages import ModelMessage, Usage
+from ._base import EventSink, ModelRequest, ProviderError, is_retryable_status
+
+__all__ = ["AnthropicModelClient"]
+
+_RAW_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+_RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+
+
+class AnthropicModelClient:
+    """Calls the Messages API with the official ``anthropic`` SDK.
+
+    The SDK's own retries are off: the durable runtime owns retries, so a failure is
+    classified once (:class:`ProviderError`) and retried by Temporal with ``retry-after``.
+    ``api_key`` falls back to ``ANTHROPIC_API_KEY`` and ``base_url`` to ``ANTHROPIC_BASE_URL``,
+    read where the client is built (the worker), never sent through workflow history.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        default_headers: dict[str, str] | None = None,
+    ) -> None:
+        self._api_key = api_key
+        self._base_url = base_url
+        self._default_headers = default_headers
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    @property
+    def base_url(self) -> str | None:
+        return self._base_url or os.environ.get("ANTHROPIC_BASE_URL")
+
+    def _sdk(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-api-key",
+                base_url=self.base_url,
+                max_retries=0,
+                default_headers=self._default_headers,
+            )
+        return self._client
+
+    def params(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API parameters for ``request`` (exposed for tests and debugging)."""
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": [m.to_wire() for m in request.messages],
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in request.tools
+            ]
+        extra: dict[str, Any] = {}
+        if request.thinking is not None:
+            params["thinking"] = request.thinking
+        if request.reasoning_effort is not None:
+            extra["reasoning_effort"] = request.reasoning_effort
+        if request.output_format is not None:
+            extra["output_format"] = request.output_format
+        if extra:
+            params["extra_body"] = extra
+        if request.timeout_ms is not None:
+            params["timeout"] = request.timeout_ms / 1000
+        return params
+
+    async def create(
+        self, request: ModelRequest, *, on_event: EventSink | None = None
+    ) -> ModelMessage:
+        params = self.params(request)
+        try:
+            if request.stream:
+                async with self._sdk().messages.stream(**params) as stream:
+                    async for event in stream:
+                        if on_event is not None and event.type in _RAW_EVENTS:
+                            await on_event(_raw_event(event))
+                    final = await stream.get_final_message()
+            else:
+                final = await self._sdk().messages.create(**params)
+        except anthropic.APIStatusError as err:
+            raise _classify_status(err) from None
+        except anthropic.APITimeoutError as err:
+            raise ProviderError(
+                f"model request timed out: {err}", retryable=True, error_type="timeout"
+            ) from None
+        except anthropic.APIConnectionError as err:
+            raise ProviderError(
+                f"could not reach the model provider: {err}", retryable=True
+            ) from None
+        return _to_message(final)
+
+
+def _raw_event(event: Any) -> dict[str, Any]:
+    data = event.model_dump(mode="json", exclude_none=True)
+    # The SDK's accumulating stream adds a snapshot to content_block_stop; the wire has none.
+    if data.get("type") == "content_block_stop":
+        data.pop("content_block", None)
+    return data
+
+
+def _to_message(final: Any) -> ModelMessage:
+    usage = final.usage.model_dump(mode="json", exclude_none=True) if final.usage else {}
+    return ModelMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": [b.model_dump(mode="json", exclude_none=True) for b in final.content],
+            "provider_response_id": final.id,
+            "model": final.model,
+            "stop_reason": final.stop_reason,
+            "usage": Usage.model_validate(usage),
+        }
+    )
+
+
+def _classify_status(err: anthropic.APIStatusError) -> ProviderError:
+    status = err.status_code
+    body = err.body if isinstance(err.body, dict) else {}
+    detail = body.get("error") if isinstance(body.get("error"), dict) else body
+    error_type = detail.get("type") if isinstance(detail, dict) else None
+    message = detail.get("message") if isinstance(detail, dict) else None
+    retry_after: float | None = None
+    raw_retry = err.response.headers.get("retry-after") if err.response is not None else None
+    if raw_retry:
+        try:
+            retry_after = max(0.0, float(raw_retry))
+        except ValueError:
+            retry_after = None
+    retryable = is_retryable_status(status) or error_type in _RETRYABLE_ERROR_TYPES
+    # An error event inside a 200 stream carries the real cause in its type.
+    if status < 400 and error_type is not None:
+        retryable = error_type in _RETRYABLE_ERROR_TYPES
+    return ProviderError(
+        message or str(err),
+        status_code=status if status >= 400 else None,
+        retryable=retryable,
+        retry_after=retry_after,
+        error_type=error_type,
+    )

@@ -1,0 +1,53 @@
+"""Test kit: a fake Anthropic-compatible server and pytest fixtures for durable agents.
+
+Add the fixtures to a test suite with ``pytest_plugins = ["agent_lattice.testing.pytest_plugin"]``
+in ``conftest.py`` (needs pytest-asyncio).
+"""
+
+from ._fake_server import (
+    FakeAnthropicServer,
+    Handler,
+    RecordedRequest,
+    Reply,
+    Script,
+    ScriptExhaustedError,
+    disconnect,
+    error,
+    hang,
+    message,
+    overloaded,
+    rate_limited,
+    slow,
+    stream_error,
+    text,
+    text_block,
+    thinking_block,
+    tool_use,
+    tool_use_block,
+)
+from ._helpers import FAST_SETTINGS, assert_eventually, collect
+
+__all__ = [
+    "FAST_SETTINGS",
+    "FakeAnthropicServer",
+    "Handler",
+    "RecordedRequest",
+    "Reply",
+    "Script",
+    "ScriptExhaustedError",
+    "assert_eventually",
+    "collect",
+    "disconnect",
+    "error",
+    "hang",
+    "message",
+    "overloaded",
+    "rate_limited",
+    "slow",
+    "stream_error",
+    "text",
+    "text_block",
+    "thinking_block",
+    "tool_use",
+    "tool_use_block",
+]

@@ -1,0 +1,58 @@
+"""LatticePlugin: all the Temporal wiring of agent-lattice in one plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pydantic
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from .._errors import LatticeError
+from ..activities import AgentActivities
+from ..workflows import AgentWorkflow
+from ._registry import AgentRegistry
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+# Modules the workflow sandbox passes through instead of re-importing per run:
+PASSTHROUGH = (
+    "agent_lattice",  # our own message and input models: pure, deterministic, and heavy to reload
+    "pydantic",  # models in every workflow input and output
+    "pydantic_core",  # pydantic's compiled core
+    "annotated_types",  # pydantic's constraint types
+    "anthropic",  # imported by agent_lattice.providers; never called from workflow code
+    "httpx",  # imported by anthropic
+)
+
+
+class LatticePlugin(SimplePlugin):
+    """Give a Temporal client or worker everything agent-lattice needs.
+
+    ``LatticePlugin()`` on a client sets the pydantic data converter. On a worker, pass the
+    agents it serves: ``Worker(client, task_queue=..., plugins=[LatticePlugin(agents=[...])])``
+    adds the workflows and activities too (with no agents it registers none, so a client
+    plugin inherited by a worker never registers them twice).
+    Workflow failure types are set so a deterministic error (bad input, a library error)
+    fails the workflow instead of retrying its task forever.
+    """
+
+    def __init__(self, agents: Iterable[Agent] | AgentRegistry | None = None) -> None:
+        registry = (
+            agents if isinstance(agents, AgentRegistry) or agents is None else AgentRegistry(agents)
+        )
+        self.registry = registry
+        activities = AgentActivities(registry) if registry is not None else None
+        super().__init__(
+            "agent-lattice",
+            data_converter=pydantic_data_converter,
+            workflows=[AgentWorkflow] if activities else None,
+            activities=[activities.model_request, activities.tool_call] if activities else None,
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+            ),
+            workflow_failure_exception_types=[LatticeError, pydantic.ValidationError],
+        )

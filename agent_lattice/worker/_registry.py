@@ -1,0 +1,47 @@
+"""Which agents a worker serves: by definition key, and by live session for inline agents."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+
+class AgentRegistry:
+    """Resolves an agent key (name + config fingerprint) to the Agent holding code and client.
+
+    Agents registered by session (the inline agents of a script) win for their own queries,
+    so two sessions of one definition keep their own tool closures and credentials. Session
+    entries are weak: a registry never keeps an abandoned Agent alive.
+    """
+
+    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+        self._by_key: dict[str, Agent] = {}
+        self._by_session: weakref.WeakValueDictionary[str, Agent] = weakref.WeakValueDictionary()
+        for agent in agents:
+            self.add(agent)
+
+    def add(self, agent: Agent) -> None:
+        self._by_key.setdefault(agent.key, agent)
+
+    def add_session(self, agent: Agent) -> None:
+        self._by_session[agent.session_id] = agent
+
+    def get(self, key: str, session_id: str | None = None) -> Agent | None:
+        if session_id is not None:
+            agent = self._by_session.get(session_id)
+            if agent is not None and agent.key == key:
+                return agent
+        return self._by_key.get(key)
+
+    def keys(self) -> list[str]:
+        return sorted(set(self._by_key) | {a.key for a in self._by_session.values()})
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(list(self._by_key.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_key)

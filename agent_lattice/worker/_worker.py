@@ -1,0 +1,115 @@
+"""Workers for an app's agents, and the app-module convention of the ``lattice`` CLI.
+
+An *app* is an importable module (``pkg.module``) or a file (``path/to/app.py``) that defines
+agents at module level. The worker serves the agents listed in a module attribute ``agents``
+(a list, or a dict of name to agent); without one it serves every module-level
+:class:`~agent_lattice.Agent` and :class:`~agent_lattice.AgentSpec`. ``lattice run APP:NAME``
+looks ``NAME`` up in the same module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from .._agent import Agent, AgentSpec
+from .._errors import ConfigurationError
+from ._plugin import LatticePlugin
+
+__all__ = ["app_agents", "create_worker", "create_workers", "load_app", "resolve_agent"]
+
+
+def load_app(app: str) -> ModuleType:
+    """Import an app by module path or file path; raises ConfigurationError with the reason."""
+    try:
+        if app.endswith(".py") or "/" in app:
+            path = Path(app).resolve()
+            if not path.exists():
+                raise ConfigurationError(f"app file not found: {app}")
+            name = f"lattice_app_{path.stem}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            sys.path.insert(0, str(path.parent))
+            spec.loader.exec_module(module)
+            return module
+        if "" not in sys.path:
+            sys.path.insert(0, "")
+        return importlib.import_module(app)
+    except ConfigurationError:
+        raise
+    except Exception as err:
+        raise ConfigurationError(
+            f"could not import app {app!r}: {type(err).__name__}: {err}"
+        ) from err
+
+
+def _as_agent(value: Any) -> Agent | None:
+    if isinstance(value, Agent):
+        return value
+    if isinstance(value, AgentSpec):
+        return value.spawn()
+    return None
+
+
+def app_agents(module: ModuleType) -> dict[str, Agent]:
+    """The agents an app module exposes, by attribute (or dict) name."""
+    listed = getattr(module, "agents", None)
+    if isinstance(listed, dict):
+        items: Iterable[tuple[str, Any]] = listed.items()
+    elif isinstance(listed, list | tuple):
+        items = ((getattr(a, "name", None) or f"agent{i}", a) for i, a in enumerate(listed))
+    else:
+        items = vars(module).items()
+    found = {name: agent for name, value in items if (agent := _as_agent(value)) is not None}
+    if not found:
+        raise ConfigurationError(
+            f"app {module.__name__!r} defines no agents: define them at module level or list "
+            "them in a module attribute `agents`"
+        )
+    return found
+
+
+def resolve_agent(target: str) -> Agent:
+    """``APP:NAME`` to a fresh Agent session."""
+    app, sep, name = target.rpartition(":")
+    if not sep or not app or not name:
+        raise ConfigurationError(
+            f"expected APP:AGENT (for example examples.quickstart:agent), got {target!r}"
+        )
+    module = load_app(app)
+    value = getattr(module, name, None)
+    if value is None and isinstance(getattr(module, "agents", None), dict):
+        value = module.agents.get(name)
+    agent = _as_agent(value)
+    if agent is None:
+        raise ConfigurationError(
+            f"{app!r} has no agent named {name!r}; found: {', '.join(app_agents(module))}"
+        )
+    if isinstance(value, AgentSpec):
+        return agent
+    return Agent(agent.config)
+
+
+def create_worker(
+    client: Client, agents: Iterable[Agent], *, task_queue: str, **options: Any
+) -> Worker:
+    """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``)."""
+    return Worker(client, task_queue=task_queue, plugins=[LatticePlugin(list(agents))], **options)
+
+
+def create_workers(client: Client, agents: Iterable[Agent], **options: Any) -> list[Worker]:
+    """One worker per task queue used by ``agents``."""
+    by_queue: dict[str, list[Agent]] = {}
+    for agent in agents:
+        by_queue.setdefault(agent.task_queue, []).append(agent)
+    return [create_worker(client, group, task_queue=q, **options) for q, group in by_queue.items()]

@@ -1,0 +1,6 @@
+"""Deterministic orchestration: the workflows that run queries."""
+
+from ._agent import AgentWorkflow
+from ._types import AgentRunInput, AgentRunOutput
+
+__all__ = ["AgentRunInput", "AgentRunOutput", "AgentWorkflow"]

@@ -1,0 +1,267 @@
+"""AgentWorkflow: one ``agent.query()``, end to end.
+
+Each model request and each tool call is an activity; the loop's decisions are taken here,
+deterministically. Durable messages are published on a workflow stream (topic ``messages``)
+that clients read from any offset; live token events travel on the side channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from .._loop import truncated_results, unknown_tool_result
+    from .._messages import (
+        AssistantMessage,
+        ErrorInfo,
+        ModelMessage,
+        ResultMessage,
+        ResultSubtype,
+        SystemMessage,
+        ToolResultBlock,
+        Usage,
+        UserMessage,
+    )
+    from ._types import (
+        AgentRunInput,
+        AgentRunOutput,
+        ModelCallInput,
+        ToolCallInput,
+        ToolCallOutput,
+    )
+
+MESSAGES_TOPIC = "messages"
+MODEL_ACTIVITY = "lattice.model_request"
+TOOL_ACTIVITY = "lattice.tool_call"
+
+
+@workflow.defn(name="AgentWorkflow")
+class AgentWorkflow:
+    @workflow.init
+    def __init__(self, input: AgentRunInput) -> None:
+        self._stream = WorkflowStream()
+        self._out = self._stream.topic(MESSAGES_TOPIC)
+        self._interrupted = False
+        self._model_call: asyncio.Task[ModelMessage] | None = None
+        self._turns = 0
+        self._published = 0
+
+    @workflow.signal
+    def interrupt(self) -> None:
+        """End the query with ``interrupted``: aborts an in-flight model request; during a
+        tool batch it takes effect once the batch completes."""
+        self._interrupted = True
+        if self._model_call is not None and not self._model_call.done():
+            self._model_call.cancel()
+
+    @workflow.query
+    def turns(self) -> int:
+        return self._turns
+
+    @workflow.run
+    async def run(self, input: AgentRunInput) -> AgentRunOutput:
+        agent, info = input.agent, workflow.info()
+        self._input = input
+        prompt = ModelMessage(role="user", content=input.prompt)
+        self._history = [*input.history, prompt]
+        self._new: list[ModelMessage] = [prompt]
+        self._usage = Usage()
+        self._stop_reason: str | None = None
+        self._publish(
+            SystemMessage(
+                subtype="init",
+                session_id=input.session_id,
+                model=agent.model,
+                tools=agent.tools,
+                agent=agent.name,
+                run_id=info.run_id,
+            )
+        )
+        while True:
+            if self._interrupted:
+                return await self._finish("interrupted")
+            if self._turns >= agent.max_turns:
+                return await self._finish(
+                    "error_max_turns",
+                    error=ErrorInfo(
+                        type="MaxTurnsError",
+                        message=f"reached max_turns ({agent.max_turns}) without a final answer",
+                    ),
+                )
+            self._turns += 1
+            try:
+                reply = await self._request_model()
+            except (ActivityError, CancelledError, asyncio.CancelledError) as err:
+                if self._interrupted:
+                    return await self._finish("interrupted")
+                return await self._finish("error_during_execution", error=_error_info(err))
+            self._add(
+                reply,
+                AssistantMessage(message=reply, session_id=input.session_id, turn=self._turns),
+            )
+            if reply.usage is not None:
+                self._usage = self._usage + reply.usage
+            self._stop_reason = reply.stop_reason
+            uses = reply.tool_uses
+            if not uses:
+                return await self._finish("success", result=reply.text)
+            if reply.stop_reason == "max_tokens":
+                outcomes = [ToolCallOutput(block=b) for b in truncated_results(reply)]
+            else:
+                outcomes = await self._run_tools(reply)
+            results = ModelMessage(role="user", content=[o.block for o in outcomes])
+            self._add(results, UserMessage(message=results, session_id=input.session_id))
+            ending = next((o for o in outcomes if o.end_turn), None)
+            if ending is not None:
+                content = ending.block.content
+                text = content if isinstance(content, str) else _text_of(content)
+                return await self._finish(
+                    "success", result=text, structured_result=ending.structured_result
+                )
+
+    async def _request_model(self) -> ModelMessage:
+        input, s = self._input, self._input.settings
+        self._model_call = asyncio.ensure_future(
+            workflow.execute_activity(
+                MODEL_ACTIVITY,
+                ModelCallInput(
+                    agent_key=input.agent.key,
+                    session_id=input.session_id,
+                    turn=self._turns,
+                    messages=self._history,
+                    stream=input.stream,
+                    stream_to=input.stream_to,
+                    stream_channel=input.stream_channel,
+                    after=self._published,
+                ),
+                result_type=ModelMessage,
+                start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
+                heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=s.retry_initial_s),
+                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
+                    maximum_attempts=s.model_max_attempts,
+                    non_retryable_error_types=["ProviderRejected", "AgentNotRegistered"],
+                ),
+                summary=f"{input.agent.name} · {input.agent.model} · turn {self._turns}",
+            )
+        )
+        try:
+            return await self._model_call
+        finally:
+            self._model_call = None
+
+    async def _run_tools(self, reply: ModelMessage) -> list[ToolCallOutput]:
+        outcomes: list[ToolCallOutput] = []
+        for use in reply.tool_uses:
+            if use.name not in self._input.agent.tools:
+                outcomes.append(
+                    ToolCallOutput(block=unknown_tool_result(use, self._input.agent.tools))
+                )
+                continue
+            outcomes.append(await self._call_tool(use))
+        return outcomes
+
+    async def _call_tool(self, use: object) -> ToolCallOutput:
+        input, s = self._input, self._input.settings
+        call = ToolCallInput(
+            agent_key=input.agent.key,
+            session_id=input.session_id,
+            tool_use=use,
+            run_id=workflow.info().run_id,
+        )
+        name = call.tool_use.name
+        try:
+            if name in input.agent.cheap_tools:
+                return await workflow.execute_local_activity(
+                    TOOL_ACTIVITY,
+                    call,
+                    result_type=ToolCallOutput,
+                    start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
+                    summary=f"{input.agent.name} · tool {name}",
+                )
+            return await workflow.execute_activity(
+                TOOL_ACTIVITY,
+                call,
+                result_type=ToolCallOutput,
+                start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
+                heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=s.retry_initial_s),
+                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
+                    non_retryable_error_types=["AgentNotRegistered"],
+                ),
+                summary=f"{input.agent.name} · tool {name}",
+            )
+        except ActivityError as err:
+            return ToolCallOutput(
+                block=ToolResultBlock(
+                    tool_use_id=call.tool_use.id,
+                    content=f"Tool {name!r} could not run: {_error_info(err).message}",
+                    is_error=True,
+                )
+            )
+
+    def _add(self, message: ModelMessage, event: AssistantMessage | UserMessage) -> None:
+        self._history.append(message)
+        self._new.append(message)
+        self._publish(event)
+
+    def _publish(self, message: object) -> None:
+        self._out.publish(message)
+        self._published += 1
+
+    async def _finish(
+        self,
+        subtype: ResultSubtype,
+        *,
+        result: str | None = None,
+        structured_result: object = None,
+        error: ErrorInfo | None = None,
+    ) -> AgentRunOutput:
+        info = workflow.info()
+        message = ResultMessage(
+            subtype=subtype,
+            result=result if error is None else error.message,
+            structured_result=structured_result,
+            usage=self._usage,
+            stop_reason=self._stop_reason,
+            is_error=subtype.startswith("error"),
+            num_turns=self._turns,
+            session_id=self._input.session_id,
+            run_id=info.run_id,
+            duration_ms=int((workflow.now() - info.start_time).total_seconds() * 1000),
+            error=error,
+        )
+        self._publish(message)
+        # Let subscribers collect the last messages before the run closes.
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return AgentRunOutput(result=message, new_messages=self._new)
+
+
+def _text_of(content: list[dict[str, object]]) -> str:
+    return "".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
+
+
+def _error_info(err: BaseException) -> ErrorInfo:
+    cause: BaseException | None = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        details = cause.details[0] if cause.details else {}
+        status = details.get("status_code") if isinstance(details, dict) else None
+        kind = (
+            "APIError"
+            if cause.type in ("ProviderRejected", "ProviderError")
+            else cause.type or "Error"
+        )
+        return ErrorInfo(type=kind, message=cause.message, status_code=status)
+    message = str(cause) if cause is not None else str(err)
+    return ErrorInfo(type=type(cause).__name__ if cause else "Error", message=message)

@@ -1,0 +1,87 @@
+"""Inputs and outputs of the workflows and activities (one pydantic model per call).
+
+Fields are only ever added at the end with defaults, so histories already recorded keep
+replaying.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .._messages import ContentBlock, ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlock
+
+__all__ = [
+    "ActivitySettings",
+    "AgentRef",
+    "AgentRunInput",
+    "AgentRunOutput",
+    "ModelCallInput",
+    "ToolCallInput",
+    "ToolCallOutput",
+]
+
+
+class AgentRef(BaseModel):
+    """Which agent a workflow runs: the worker resolves ``key`` to code, tools and client."""
+
+    key: str
+    name: str
+    model: str
+    max_turns: int
+    tools: list[str] = Field(default_factory=list)
+    cheap_tools: list[str] = Field(default_factory=list)
+
+
+class ActivitySettings(BaseModel):
+    """Timeouts and retries of the activities a query schedules (seconds)."""
+
+    model_timeout_s: float = 600.0
+    model_heartbeat_s: float = 20.0
+    model_max_attempts: int = 8
+    tool_timeout_s: float = 600.0
+    tool_heartbeat_s: float = 20.0
+    retry_initial_s: float = 1.0
+    retry_max_interval_s: float = 60.0
+
+
+class AgentRunInput(BaseModel):
+    agent: AgentRef
+    session_id: str
+    prompt: str | list[ContentBlock]
+    history: list[ModelMessage] = Field(default_factory=list)
+    stream: bool = True
+    stream_to: str | None = None
+    stream_channel: str | None = None
+    settings: ActivitySettings = Field(default_factory=ActivitySettings)
+
+
+class AgentRunOutput(BaseModel):
+    result: ResultMessage
+    new_messages: list[ModelMessage]
+
+
+class ModelCallInput(BaseModel):
+    agent_key: str
+    session_id: str
+    turn: int
+    messages: list[ModelMessage]
+    stream: bool = True
+    stream_to: str | None = None
+    stream_channel: str | None = None
+    after: int = 0
+
+
+class ToolCallInput(BaseModel):
+    agent_key: str
+    session_id: str
+    tool_use: ToolUseBlock
+    run_id: str | None = None
+    context: Any = None
+
+
+class ToolCallOutput(BaseModel):
+    block: ToolResultBlock
+    end_turn: bool = False
+    structured_result: Any = None

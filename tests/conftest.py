@@ -1,0 +1,1 @@
+pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
