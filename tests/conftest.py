@@ -1,1 +1,36 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from agent_lattice import ToolResult, create_agent, tool
+from agent_lattice.testing import FakeAnthropicServer
+
 pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
+
+API_KEY = "sk-ant-test-SECRET-4f2b9c"
+
+
+class Expr(BaseModel):
+    expr: str
+
+
+def make_calculator(calls: list[str] | None = None, **options: object):
+    def calculator(input: Expr) -> ToolResult:
+        if calls is not None:
+            calls.append(input.expr)
+        left, _, right = input.expr.partition("+")
+        return ToolResult(content=str(int(left) + int(right)))
+
+    return tool("calculator", "Add two integers written as 'a+b'", Expr, calculator, **options)
+
+
+@pytest.fixture
+def make_agent(fake_anthropic: FakeAnthropicServer, lattice_runtime):
+    """Agents pointed at the fake provider, running on the test's runtime."""
+
+    def factory(**options: object):
+        options.setdefault("model", "claude-test")
+        return create_agent(api_key=API_KEY, base_url=fake_anthropic.base_url, **options)
+
+    return factory
