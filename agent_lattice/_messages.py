@@ -158,6 +158,7 @@ class SystemMessage(BaseModel):
     model: str | None = None
     tools: list[str] = Field(default_factory=list)
     agent: str | None = None
+    workflow_id: str | None = None
     run_id: str | None = None
     compacted_messages: int | None = None
     usage: Usage | None = None
@@ -226,6 +227,7 @@ class ResultMessage(BaseModel):
     is_error: bool = False
     num_turns: int = 0
     session_id: str
+    workflow_id: str | None = None
     run_id: str | None = None
     duration_ms: int | None = None
     error: ErrorInfo | None = None

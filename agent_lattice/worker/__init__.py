@@ -2,6 +2,14 @@
 
 from ._plugin import LatticePlugin
 from ._registry import AgentRegistry
-from ._worker import create_worker, load_app
+from ._worker import app_agents, create_worker, create_workers, load_app, resolve_agent
 
-__all__ = ["AgentRegistry", "LatticePlugin", "create_worker", "load_app"]
+__all__ = [
+    "AgentRegistry",
+    "LatticePlugin",
+    "app_agents",
+    "create_worker",
+    "create_workers",
+    "load_app",
+    "resolve_agent",
+]

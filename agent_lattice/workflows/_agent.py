@@ -80,6 +80,7 @@ class AgentWorkflow:
                 model=agent.model,
                 tools=agent.tools,
                 agent=agent.name,
+                workflow_id=info.workflow_id,
                 run_id=info.run_id,
             )
         )
@@ -235,6 +236,7 @@ class AgentWorkflow:
             is_error=subtype.startswith("error"),
             num_turns=self._turns,
             session_id=self._input.session_id,
+            workflow_id=info.workflow_id,
             run_id=info.run_id,
             duration_ms=int((workflow.now() - info.start_time).total_seconds() * 1000),
             error=error,

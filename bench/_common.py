@@ -1,0 +1,232 @@
+"""Shared helpers of the benchmarks: dev servers, statistics, history figures, tables."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History, HistoryEvent
+from temporalio.client import Client
+
+from agent_lattice.client._server import DYNAMIC_CONFIG, DevServer, _accepting, _free_port
+from agent_lattice.client._server import temporal_binary as _temporal_binary
+
+# -- servers -----------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    """A dev server started for a benchmark; ``stop()`` ends it (only it)."""
+
+    address: str
+    label: str
+    args: list[str] = field(default_factory=list)
+    _dev: DevServer | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        if self._dev is not None:
+            self._dev.stop()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def start_library_server(home: Path) -> Server:
+    """The embedded server exactly as agent_lattice starts it (``DevServer.ensure``)."""
+    dev, _ = DevServer.ensure(home, port=0, ui=False)
+    flags = " ".join(f"--dynamic-config-value {v}" for v in DYNAMIC_CONFIG)
+    return Server(address=dev.address, label=f"DevServer.ensure ({flags})", _dev=dev)
+
+
+def start_custom_server(
+    home: Path,
+    *,
+    dynamic: Sequence[str] = (),
+    pragmas: Sequence[str] = (),
+    persistent: bool = True,
+    label: str = "",
+    timeout: float = 60.0,
+) -> Server:
+    """``temporal server start-dev`` with our own flags (the variants DevServer cannot start)."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = _free_port(None)
+    args = [
+        _temporal_binary(),
+        "server",
+        "start-dev",
+        "--ip", "127.0.0.1",
+        "--port", str(port),
+        "--headless",
+        "--log-level", "error",
+    ]  # fmt: skip
+    if persistent:
+        args += ["--db-filename", str(home / "temporal.db")]
+    for value in dynamic:
+        args += ["--dynamic-config-value", value]
+    for pragma in pragmas:
+        args += ["--sqlite-pragma", pragma]
+    log = open(home / "temporal-server.log", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"temporal exited with {proc.returncode}: see {home}")
+        if _accepting(port):
+            extra = " ".join(args[args.index("--log-level") + 2 :])
+            return Server(
+                address=f"127.0.0.1:{port}",
+                label=label or f"start-dev {extra}".strip(),
+                args=args,
+                _proc=proc,
+            )
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("temporal dev server did not start")
+
+
+@contextlib.contextmanager
+def lattice_home() -> Iterator[Path]:
+    """A throwaway LATTICE_HOME (set in the environment for the benchmark's duration)."""
+    with tempfile.TemporaryDirectory(prefix="lattice-bench-") as tmp:
+        old = os.environ.get("LATTICE_HOME")
+        os.environ["LATTICE_HOME"] = tmp
+        try:
+            yield Path(tmp)
+        finally:
+            if old is None:
+                os.environ.pop("LATTICE_HOME", None)
+            else:
+                os.environ["LATTICE_HOME"] = old
+
+
+# -- statistics --------------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def diffs_ms(times: Sequence[float]) -> list[float]:
+    return [(b - a) * 1000 for a, b in zip(times, times[1:], strict=False)]
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+@dataclass
+class HistoryFigures:
+    events: int
+    bytes: int
+    started: datetime
+    closed: datetime | None
+    # Times (seconds since the epoch) of ActivityTaskScheduled events, by activity type.
+    scheduled: dict[str, list[float]]
+    counts: dict[str, int]
+
+    @property
+    def duration_ms(self) -> float:
+        if self.closed is None:
+            return float("nan")
+        return (self.closed - self.started).total_seconds() * 1000
+
+
+_CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+}
+
+
+def _event_name(event: HistoryEvent) -> str:
+    return EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+
+
+async def history_figures(client: Client, workflow_id: str) -> HistoryFigures:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    events = list(history.events)
+    scheduled: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    closed = None
+    for event in events:
+        name = _event_name(event)
+        counts[name] = counts.get(name, 0) + 1
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            kind = event.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled.setdefault(kind, []).append(event.event_time.ToDatetime().timestamp())
+        if event.event_type in _CLOSED:
+            closed = event.event_time.ToDatetime()
+    return HistoryFigures(
+        events=len(events),
+        bytes=History(events=events).ByteSize(),
+        started=events[0].event_time.ToDatetime(),
+        closed=closed,
+        scheduled=scheduled,
+        counts=counts,
+    )
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def fmt(value: object, digits: int = 1) -> str:
+    if isinstance(value, float):
+        if value != value:  # nan
+            return "-"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, title: str = "") -> str:
+    """A GitHub-flavoured Markdown table (readable in a terminal too)."""
+    cells = [[fmt(c) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = []
+    if title:
+        lines += [f"### {title}", ""]
+    lines.append("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
+    lines.append("| " + " | ".join("-" * w for w in widths) + " |")
+    for row in cells:
+        lines.append(
+            "| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        )
+    return "\n".join(lines)
+
+
+def emit(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

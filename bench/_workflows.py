@@ -1,0 +1,87 @@
+"""Baseline workflows and activities of the benchmarks (no agent_lattice code).
+
+Kept in their own module with only temporalio imports so the workflow sandbox can import
+them cheaply, exactly like it imports ``AgentWorkflow``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
+
+TIMEOUT = timedelta(seconds=60)
+
+
+@activity.defn(name="bench.noop")
+async def noop(value: str) -> str:
+    return value
+
+
+@workflow.defn(name="BareActivities")
+class BareActivities:
+    """``n`` sequential trivial activities (``execute_activity``)."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            await workflow.execute_activity(noop, str(i), start_to_close_timeout=TIMEOUT)
+        return n
+
+
+@workflow.defn(name="BareActivitiesStartWait")
+class BareActivitiesStartWait:
+    """The same with ``start_activity`` and an explicit ``await`` of the handle."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            handle = workflow.start_activity(noop, str(i), start_to_close_timeout=TIMEOUT)
+            await handle
+        return n
+
+
+@workflow.defn(name="BareLocalActivities")
+class BareLocalActivities:
+    """``n`` sequential trivial local activities."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        for i in range(n):
+            await workflow.execute_local_activity(noop, str(i), start_to_close_timeout=TIMEOUT)
+        return n
+
+
+# -- streaming ---------------------------------------------------------------------------
+
+
+@workflow.defn(name="StreamBench")
+class StreamBench:
+    """Hosts a workflow stream, waits for ``go``, runs one emitting activity, then closes.
+
+    The activity (``bench.emit``, defined by the streaming benchmark) gets ``spec`` as is.
+    """
+
+    @workflow.init
+    def __init__(self, spec: dict) -> None:
+        self._stream = WorkflowStream()
+        self._go = False
+
+    @workflow.signal
+    def go(self) -> None:
+        self._go = True
+
+    @workflow.run
+    async def run(self, spec: dict) -> int:
+        await workflow.wait_condition(lambda: self._go)
+        count = await workflow.execute_activity(
+            "bench.emit",
+            spec,
+            result_type=int,
+            start_to_close_timeout=TIMEOUT,
+        )
+        # Let subscribers collect the last items, as AgentWorkflow does.
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return count

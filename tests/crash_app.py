@@ -1,0 +1,74 @@
+"""An app served by worker subprocesses in the crash tests.
+
+Tools write their side effects to the file named by ``LATTICE_TEST_EFFECTS`` so the test can
+count how often each really ran, across worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from agent_lattice import ToolResult, create_agent, tool
+
+API_KEY = "sk-ant-test-SECRET-4f2b9c"
+
+
+class Note(BaseModel):
+    text: str
+
+
+def _effects() -> Path:
+    return Path(os.environ["LATTICE_TEST_EFFECTS"])
+
+
+def _record(line: str) -> list[str]:
+    path = _effects()
+    with path.open("a") as f:
+        f.write(line + "\n")
+    return path.read_text().splitlines()
+
+
+def record(input: Note) -> ToolResult:
+    _record(f"record:{input.text}")
+    return ToolResult(content=f"recorded {input.text}")
+
+
+async def block(input: Note) -> ToolResult:
+    starts = _record(f"block-start:{input.text}")
+    if starts.count(f"block-start:{input.text}") == 1:
+        await asyncio.sleep(120)  # the first attempt is killed while it waits here
+    _record(f"block-done:{input.text}")
+    return ToolResult(content=f"blocked {input.text}")
+
+
+def build_agent(base_url: str):
+    return create_agent(
+        name="crashy",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        tools=[
+            tool("record", "Record a note", Note, record),
+            tool("block", "Record a note slowly", Note, block),
+        ],
+    )
+
+
+async def _serve(address: str, base_url: str) -> None:
+    from agent_lattice.client import Runtime
+    from agent_lattice.worker import create_workers
+
+    runtime = await Runtime.connect(address, inline_workers=False)
+    (worker,) = create_workers(runtime.client, [build_agent(base_url)])
+    async with worker:
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve(sys.argv[1], sys.argv[2]))

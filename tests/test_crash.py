@@ -1,0 +1,150 @@
+"""Kill -9 the worker mid-stream and mid-tool: a new worker finishes the query, and no completed
+model call or tool call runs again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from agent_lattice import ResultMessage, StreamEventMessage
+from agent_lattice.client import Runtime
+from agent_lattice.testing import FAST_SETTINGS, Script, slow, text, tool_use
+from crash_app import build_agent
+
+HERE = Path(__file__).parent
+
+
+@pytest_asyncio.fixture
+async def remote_runtime(lattice_server, task_queue_prefix):
+    runtime = await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=False)
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+def effects(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "effects.log"
+    path.touch()
+    monkeypatch.setenv("LATTICE_TEST_EFFECTS", str(path))
+    return path
+
+
+class WorkerProcess:
+    def __init__(self, address: str, base_url: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "crash_app.py"), address, base_url],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(HERE.parent)},
+        )
+
+    async def ready(self) -> None:
+        line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), 30)
+        assert line.strip() == b"ready", line
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def workers(lattice_server, fake_anthropic):
+    started: list[WorkerProcess] = []
+
+    async def start() -> WorkerProcess:
+        worker = WorkerProcess(lattice_server, fake_anthropic.base_url)
+        started.append(worker)
+        await worker.ready()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+async def test_kill_mid_stream_retries_the_request_on_a_new_worker(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    answer = " ".join(f"t{i}" for i in range(40))
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("record", {"text": "A"}),
+            slow(text(answer), delay=0.1),  # killed while this streams
+            text(answer),  # the retry on the new worker
+        )
+    )
+    agent = build_agent(fake_anthropic.base_url)
+    first = await workers()
+
+    messages = []
+    async for m in agent.query("Record A, then answer.", runtime=remote_runtime):
+        messages.append(m)
+        if (
+            isinstance(m, StreamEventMessage)
+            and m.turn == 2
+            and m.attempt == 1
+            and m.event["type"] == "content_block_delta"
+            and first.proc.poll() is None
+        ):
+            first.kill()
+            await workers()
+
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    assert result.result == answer and result.num_turns == 2
+    # turn 1 (model call and tool) ran once; only the interrupted turn-2 request was repeated
+    assert effects.read_text().splitlines() == ["record:A"]
+    assert len(fake_anthropic.requests) == 3
+    retried = [m for m in messages if isinstance(m, StreamEventMessage) and m.attempt > 1]
+    assert retried and {m.turn for m in retried} == {2}
+    history = await agent.get_history()
+    assert [m.role for m in history] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("record", {"text": "A"}),
+            tool_use("block", {"text": "B"}),
+            text("done"),
+        )
+    )
+    agent = build_agent(fake_anthropic.base_url)
+    first = await workers()
+
+    query = asyncio.ensure_future(agent.prompt("Record A, then B.", runtime=remote_runtime))
+
+    async def block_started() -> None:
+        while "block-start:B" not in effects.read_text():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(block_started(), 30)
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "done"
+    assert effects.read_text().splitlines() == [
+        "record:A",  # completed before the kill: never run again
+        "block-start:B",  # killed mid-run
+        "block-start:B",  # retried on the new worker
+        "block-done:B",
+    ]
+    assert len(fake_anthropic.requests) == 3  # no completed model call repeated
