@@ -34,3 +34,17 @@ def make_agent(fake_anthropic: FakeAnthropicServer, lattice_runtime):
         return create_agent(api_key=API_KEY, base_url=fake_anthropic.base_url, **options)
 
     return factory
+
+
+HISTORIES = __import__("pathlib").Path(__file__).parent / "histories"
+
+
+async def keep_history(runtime, workflow_id: str, name: str):
+    """Fetch a run's history; with LATTICE_RECORD_HISTORIES=1 also commit it for replay tests."""
+    import os
+
+    history = await runtime.client.get_workflow_handle(workflow_id).fetch_history()
+    if os.environ.get("LATTICE_RECORD_HISTORIES") == "1":
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / f"{name}.json").write_text(history.to_json())
+    return history

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from conftest import keep_history
+from crash_app import build_agent
 
 from agent_lattice import ResultMessage, StreamEventMessage
 from agent_lattice.client import Runtime
 from agent_lattice.testing import FAST_SETTINGS, Script, slow, text, tool_use
-from crash_app import build_agent
 
 HERE = Path(__file__).parent
 
@@ -114,6 +115,7 @@ async def test_kill_mid_stream_retries_the_request_on_a_new_worker(
     assert retried and {m.turn for m in retried} == {2}
     history = await agent.get_history()
     assert [m.role for m in history] == ["user", "assistant", "user", "assistant"]
+    await keep_history(remote_runtime, result.workflow_id, "crash_mid_stream")
 
 
 async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
@@ -148,3 +150,4 @@ async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
         "block-done:B",
     ]
     assert len(fake_anthropic.requests) == 3  # no completed model call repeated
+    await keep_history(remote_runtime, result.workflow_id, "crash_mid_tool")
