@@ -6,6 +6,7 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── OptionError            a developer mistake found at assembly time (unknown option, bad value)
     ├── ConcurrentQueryError   a second query() on an Agent that is still running one
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
+    ├── ProviderError          a model client's classified failure (retryable or not), in workers
     └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
         ├── APIError           the model provider answered with an error
         ├── MaxTurnsError      ``max_turns`` model requests were made without a final answer

@@ -17,7 +17,7 @@ from crash_app import build_agent
 
 from agent_lattice import ResultMessage, StreamEventMessage
 from agent_lattice.client import Runtime
-from agent_lattice.testing import FAST_SETTINGS, Script, slow, text, tool_use
+from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, slow, text, tool_use
 
 HERE = Path(__file__).parent
 
@@ -133,11 +133,7 @@ async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
 
     query = asyncio.ensure_future(agent.prompt("Record A, then B.", runtime=remote_runtime))
 
-    async def block_started() -> None:
-        while "block-start:B" not in effects.read_text():
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(block_started(), 30)
+    await assert_eventually(lambda: "block-start:B" in effects.read_text(), within=30)
     first.kill()
     await workers()
     result = await asyncio.wait_for(query, 60)

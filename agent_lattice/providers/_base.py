@@ -7,6 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from .._errors import LatticeError
 from .._messages import ModelMessage
 from .._tools import ToolSpec
 
@@ -31,7 +32,7 @@ class ModelRequest(BaseModel):
     timeout_ms: int | None = None
 
 
-class ProviderError(Exception):
+class ProviderError(LatticeError):
     """A provider failure, classified once: retryable or not, and how long to wait.
 
     Retryable: 408, 409, 429, 5xx, 529/overloaded, connection failures and timeouts.
