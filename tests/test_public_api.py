@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ast
+import re
 from pathlib import Path
 
 import agent_lattice

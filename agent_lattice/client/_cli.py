@@ -1,0 +1,743 @@
+"""The ``lattice`` command line: dev server, workers, queries, runs.
+
+Every command connects like :meth:`Runtime.connect`: ``TEMPORAL_ADDRESS`` (with
+``TEMPORAL_NAMESPACE`` and ``TEMPORAL_API_KEY``) names a server; without it the embedded dev
+server under ``LATTICE_HOME`` is started or reused. Errors are printed as one red line on
+stderr (exit code 2); set ``LATTICE_DEBUG=1`` to see the traceback instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from .._agent import Agent
+from .._errors import LatticeError
+from .._messages import (
+    AssistantMessage,
+    ResultMessage,
+    SDKMessage,
+    StreamEventMessage,
+    SystemMessage,
+    ToolResultBlock,
+    UserMessage,
+)
+from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
+from ..workflows._types import AgentRunInput, AgentRunOutput
+from ._runtime import Runtime
+from ._server import DevServer, lattice_home
+
+__all__ = ["Renderer", "app", "main"]
+
+# A worker's long poll lasts up to ~60 s, so a live poller was seen within that window.
+POLLER_FRESH = timedelta(seconds=70)
+# Without a message after this long, a run that relies on an external worker says so.
+WORKER_HINT_AFTER_S = 5.0
+TOOL_RESULT_CHARS = 200
+
+stdout = Console(soft_wrap=True, emoji=False, highlight=False)
+stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
+
+app = typer.Typer(
+    name="lattice",
+    help="Durable LLM agents on Temporal: dev server, workers, queries and runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+server_app = typer.Typer(
+    help="Report on or stop the embedded Temporal dev server.", no_args_is_help=True
+)
+app.add_typer(server_app, name="server")
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+class Renderer:
+    """Prints the messages of one run: for people (rich) or as JSON lines (``json_lines``).
+
+    Live text arrives as ``stream_event`` deltas; the ``assistant`` message that closes the
+    turn only adds what the stream did not show. When a model request is retried the
+    partial text of the failed attempt stays on screen, a dim line marks the retry, and the
+    retry's text starts on a fresh line (never as a continuation of the old one).
+    """
+
+    def __init__(
+        self, console: Console, *, workflow_id: str | None = None, json_lines: bool = False
+    ) -> None:
+        self.console = console
+        self.workflow_id = workflow_id
+        self.json_lines = json_lines
+        self._turn = 0  # turn and attempt whose deltas are on screen
+        self._attempt = 0
+        self._closed_turn = 0  # last turn whose assistant message was shown
+        self._streamed = ""  # text streamed for the current attempt
+        self._open_line = False
+
+    def show(self, message: SDKMessage) -> None:
+        if self.json_lines:
+            sys.stdout.write(json.dumps(message.model_dump(mode="json"), ensure_ascii=False))
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            return
+        if isinstance(message, StreamEventMessage):
+            self._stream_event(message)
+        elif isinstance(message, SystemMessage):
+            self._system(message)
+        elif isinstance(message, AssistantMessage):
+            self._assistant(message)
+        elif isinstance(message, UserMessage):
+            self._tool_results(message)
+        elif isinstance(message, ResultMessage):
+            self._result(message)
+
+    def note(self, text: str, style: str = "dim") -> None:
+        """A line between messages (ends a streamed line first)."""
+        self._end_line()
+        self.console.print(Text(text, style=style))
+
+    # -- message kinds
+
+    def _system(self, message: SystemMessage) -> None:
+        if message.subtype == "compaction":
+            self.note(f"⋯ compacted {message.compacted_messages or 0} messages")
+            return
+        parts = [message.agent or "agent", message.model or "?"]
+        if message.tools:
+            parts.append("tools " + ", ".join(message.tools))
+        if self.workflow_id:
+            parts.append(f"workflow {self.workflow_id}")
+        if message.run_id:
+            parts.append(f"run {message.run_id}")
+        self.note("● " + " · ".join(parts))
+
+    def _stream_event(self, message: StreamEventMessage) -> None:
+        key = (message.turn, message.attempt)
+        if message.turn <= self._closed_turn or key < (self._turn, self._attempt):
+            return  # a late event of a turn already shown, or of a superseded attempt
+        if key != (self._turn, self._attempt):
+            if message.attempt > 1:
+                self.note(f"↻ retrying model request (attempt {message.attempt})")
+            self._turn, self._attempt, self._streamed = message.turn, message.attempt, ""
+        event = message.event
+        delta = event.get("delta") or {}
+        if event.get("type") == "content_block_delta" and delta.get("type") == "text_delta":
+            chunk = str(delta.get("text", ""))
+            if chunk:
+                self.console.out(chunk, end="", highlight=False)
+                self.console.file.flush()
+                self._streamed += chunk
+                self._open_line = not chunk.endswith("\n")
+
+    def _assistant(self, message: AssistantMessage) -> None:
+        text = message.message.text
+        streamed = self._streamed if message.turn == self._turn else ""
+        if streamed and text.startswith(streamed):
+            rest = text[len(streamed) :]
+        else:
+            self._end_line()
+            rest = text
+        if rest:
+            self.console.out(rest, end="", highlight=False)
+            self._open_line = not rest.endswith("\n")
+        self._end_line()
+        self._closed_turn, self._streamed = message.turn, ""
+        for use in message.message.tool_uses:
+            args = json.dumps(use.input, ensure_ascii=False, separators=(",", ":"))
+            self.console.print(Text.assemble(("→ ", "cyan"), (use.name, "bold cyan"), " ", args))
+
+    def _tool_results(self, message: UserMessage) -> None:
+        self._end_line()
+        for block in message.message.blocks:
+            if isinstance(block, ToolResultBlock):
+                content = _one_line(_result_text(block), TOOL_RESULT_CHARS)
+                style = "red" if block.is_error else "green"
+                self.console.print(Text.assemble(("← ", style), (content, style)))
+
+    def _result(self, message: ResultMessage) -> None:
+        self._end_line()
+        if message.is_error:
+            icon, style = "✗", "bold red"
+        elif message.subtype == "success":
+            icon, style = "✓", "bold green"
+        else:
+            icon, style = "■", "bold yellow"
+        usage = message.usage
+        parts = [
+            f"{message.num_turns} turn{'s' if message.num_turns != 1 else ''}",
+            f"{usage.input_tokens} in / {usage.output_tokens} out tokens",
+            f"stop {message.stop_reason or '-'}",
+        ]
+        if self.workflow_id:
+            parts.append(f"workflow {self.workflow_id}")
+        if message.run_id:
+            parts.append(f"run {message.run_id}")
+        if message.is_error and message.result:
+            self.console.print(Text(message.result, style="red"))
+        self.console.print(
+            Text.assemble((f"{icon} {message.subtype}", style), (" · " + " · ".join(parts), "dim"))
+        )
+
+    def _end_line(self) -> None:
+        if self._open_line:
+            self.console.out("")
+            self._open_line = False
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    if isinstance(block.content, str):
+        return block.content
+    texts = [str(b.get("text", "")) for b in block.content if b.get("type") == "text"]
+    return "\n".join(texts) if texts else json.dumps(block.content, ensure_ascii=False)
+
+
+def _one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+# ---------------------------------------------------------------------------- plumbing
+
+
+def _fail(message: str) -> None:
+    stderr.print(Text(f"error: {message}", style="red"))
+
+
+def _describe_error(err: BaseException) -> str:
+    if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return f"not found: {err.message}"
+        return f"Temporal {err.status.name}: {err.message}"
+    if isinstance(err, LatticeError):
+        return str(err)
+    text = f"{type(err).__name__}: {err}"
+    if err.__cause__ is not None:
+        text += f" ({type(err.__cause__).__name__}: {err.__cause__})"
+    return text
+
+
+def _execute(main: Coroutine[Any, Any, int]) -> None:
+    """Run a command's coroutine; map errors to one red line (exit 2) and Ctrl-C to 130."""
+    try:
+        code = asyncio.run(main)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        code = 130
+    except Exception as err:
+        if os.environ.get("LATTICE_DEBUG"):
+            raise
+        _fail(_describe_error(err))
+        code = 2
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _on_signals(handler: Callable[[int], None], *signals: int) -> Iterator[None]:
+    """Call ``handler(signum)`` on the running loop for ``signals`` (where supported)."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, handler, signum)
+            installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _target(client: Client) -> str:
+    return f"{client.service_client.config.target_host} (namespace {client.namespace})"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _poller_alive(identity: str, last_access: datetime | None) -> bool:
+    """Temporal lists a poller for minutes after it stopped: judge by its last poll, and for a
+    worker on this host (identity ``pid@hostname``, the SDK default) by its process."""
+    if last_access is not None and datetime.now(UTC) - last_access > POLLER_FRESH:
+        return False
+    pid, _, host = identity.partition("@")
+    if pid.isdigit() and host == socket.gethostname():
+        return _pid_alive(int(pid))
+    return True
+
+
+async def has_live_worker(client: Client, task_queue: str) -> bool:
+    """Whether a worker currently polls ``task_queue`` for workflow tasks."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    for poller in response.pollers:
+        seen = (
+            poller.last_access_time.ToDatetime(tzinfo=UTC)
+            if poller.HasField("last_access_time")
+            else None
+        )
+        if _poller_alive(poller.identity, seen):
+            return True
+    return False
+
+
+async def _serve_agents(client: Client, agents: dict[str, Agent], shutdown_s: float) -> int:
+    """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down."""
+    workers = create_workers(
+        client, agents.values(), graceful_shutdown_timeout=timedelta(seconds=shutdown_s)
+    )
+    stdout.print(
+        f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {_target(client)}"
+    )
+    for attr, agent in agents.items():
+        tools = ", ".join(t.name for t in agent.tools) or "no tools"
+        stdout.print(
+            Text.assemble(
+                ("  ", ""),
+                (attr, "bold"),
+                (f"  {agent.name} · {agent.config.model} · {tools}  ", "dim"),
+                ("task queue ", "dim"),
+                (agent.task_queue, "cyan"),
+            )
+        )
+    stop = asyncio.Event()
+    main_task = asyncio.current_task()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set() and main_task is not None:
+            main_task.cancel()  # a second Ctrl-C: stop waiting for in-flight tasks
+        stop.set()
+
+    with _on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        waiter = asyncio.create_task(stop.wait())
+        stdout.print("ready · Ctrl-C to stop", style="green")
+        await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            stderr.print(Text("shutting down workers…", style="dim"))
+        pending = [w.shutdown() for w, t in zip(workers, tasks, strict=True) if not t.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        waiter.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+    stderr.print(Text("workers stopped", style="dim"))
+    return 0
+
+
+def _load_agents(app_ref: str) -> dict[str, Agent]:
+    return app_agents(load_app(app_ref))
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+@app.command()
+def dev(
+    app_ref: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="APP",
+            help="Module or file whose agents to serve (optional).",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[
+        int, typer.Option(help="gRPC port when the server is started (UI: port + 1000).")
+    ] = 7233,
+    ui: Annotated[bool, typer.Option("--ui/--headless", help="Serve the Temporal UI.")] = True,
+    shutdown_timeout: Annotated[
+        float, typer.Option(help="Seconds in-flight activities get on shutdown.")
+    ] = 10.0,
+) -> None:
+    """Ensure the embedded Temporal dev server; with APP, also run workers for its agents.
+
+    The server runs detached, persists to SQLite under LATTICE_HOME (default ~/.agent) and
+    outlives this command; stop it with `lattice server stop`. Without APP the command only
+    ensures the server and exits. With APP it serves the app's agents in the foreground until
+    Ctrl-C. TEMPORAL_ADDRESS is ignored here: dev is about the embedded server.
+    """
+    _execute(_dev(app_ref, port, ui, shutdown_timeout))
+
+
+async def _dev(app_ref: str | None, port: int, ui: bool, shutdown_s: float) -> int:
+    agents = _load_agents(app_ref) if app_ref else None
+    home = lattice_home()
+    server, started = await asyncio.to_thread(DevServer.ensure, home, port=port, ui=ui)
+    _print_server(server, "started" if started else "reused")
+    if started and port and server.port != port:
+        stderr.print(Text(f"port {port} was busy; the server listens on {server.port}", "yellow"))
+    if not started and port and server.port != port:
+        stderr.print(Text(f"--port ignored: the running server listens on {server.port}", "dim"))
+    if os.environ.get("TEMPORAL_ADDRESS") and agents:
+        stderr.print(Text("TEMPORAL_ADDRESS is ignored by `lattice dev`", style="yellow"))
+    if agents is None:
+        return 0
+    runtime = await Runtime.connect(server.address, inline_workers=False, quiet=True)
+    try:
+        return await _serve_agents(runtime.client, agents, shutdown_s)
+    finally:
+        await runtime.close()
+
+
+def _print_server(server: DevServer, state: str) -> None:
+    stdout.print(Text(f"Temporal dev server {state} (pid {server.pid})", style="bold"))
+    stdout.print(Text.assemble(("  gRPC  ", "dim"), server.address))
+    stdout.print(Text.assemble(("  UI    ", "dim"), server.ui_url if server.ui_port else "off"))
+    stdout.print(Text.assemble(("  data  ", "dim"), server.home))
+
+
+@app.command()
+def worker(
+    app_ref: Annotated[
+        str, typer.Argument(metavar="APP", help="Module (pkg.mod) or file (path/app.py).")
+    ],
+    shutdown_timeout: Annotated[
+        float, typer.Option(help="Seconds in-flight activities get on shutdown.")
+    ] = 10.0,
+) -> None:
+    """Run workers for the agents of APP (one per task queue) until SIGINT/SIGTERM.
+
+    APP lists its agents in a module attribute `agents`, or defines them at module level.
+    Queries started with `lattice run` or `agent.query()` from anywhere run here.
+    """
+    _execute(_worker(app_ref, shutdown_timeout))
+
+
+async def _worker(app_ref: str, shutdown_s: float) -> int:
+    agents = _load_agents(app_ref)
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        return await _serve_agents(runtime.client, agents, shutdown_s)
+    finally:
+        await runtime.close()
+
+
+@app.command()
+def run(
+    target: Annotated[
+        str,
+        typer.Argument(metavar="APP:AGENT", help="The agent, e.g. examples/quickstart.py:agent."),
+    ],
+    prompt: Annotated[str, typer.Argument(help="The prompt; '-' reads it from stdin.")],
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
+    ] = False,
+    no_stream: Annotated[
+        bool, typer.Option("--no-stream", help="Skip live model streaming.")
+    ] = False,
+    serve: Annotated[
+        bool | None,
+        typer.Option(
+            "--worker/--no-worker",
+            help="Serve the agent in this process (default: only when no worker polls its "
+            "task queue).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run one query and watch it: streamed text, tool calls, tool results, the result.
+
+    Exit code 0 on success, 1 when the result is an error, 130 after Ctrl-C (which
+    interrupts the query; a second Ctrl-C leaves without waiting).
+    """
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    _execute(_run(target, prompt, json_lines=json_lines, stream=not no_stream, serve=serve))
+
+
+async def _run(
+    target: str, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
+) -> int:
+    agent = resolve_agent(target)
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        return await _run_query(runtime, agent, prompt, json_lines, stream, serve)
+    finally:
+        await runtime.close()
+
+
+async def _run_query(
+    runtime: Runtime,
+    agent: Agent,
+    prompt: str,
+    json_lines: bool,
+    stream: bool,
+    serve: bool | None,
+) -> int:
+    queue = agent.task_queue
+    if serve is None:
+        serve = not await has_live_worker(runtime.client, queue)
+        if serve:
+            stderr.print(
+                Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
+            )
+    runtime.inline_workers = serve
+    messages = agent.query(prompt, runtime=runtime, stream=stream)
+    workflow_id = agent._run.workflow_id if agent._run is not None else None
+    renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
+    main_task = asyncio.current_task()
+    interrupted: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if interrupted and main_task is not None:
+            main_task.cancel()  # second Ctrl-C: leave now (the run is interrupted on exit)
+            return
+        interrupted.append(signum)
+        stderr.print(Text("interrupting… (Ctrl-C again to leave now)", style="yellow"))
+        agent.interrupt()
+
+    hint = None if serve else asyncio.create_task(_worker_hint(queue))
+    result: ResultMessage | None = None
+    with _on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
+        try:
+            async for message in messages:
+                if hint is not None:
+                    hint.cancel()
+                    hint = None
+                if isinstance(message, SystemMessage) and json_lines:
+                    stderr.print(
+                        Text(f"workflow {workflow_id} · run {message.run_id}", style="dim")
+                    )
+                renderer.show(message)
+                if isinstance(message, ResultMessage):
+                    result = message
+        finally:
+            if hint is not None:
+                hint.cancel()
+            await _aclose(messages)
+    if interrupted:
+        return 128 + interrupted[0]
+    return 1 if result is None or result.is_error else 0
+
+
+async def _worker_hint(task_queue: str) -> None:
+    await asyncio.sleep(WORKER_HINT_AFTER_S)
+    stderr.print(
+        Text(
+            f"still waiting: is a worker running for task queue {task_queue}? "
+            "(start one with `lattice worker APP`)",
+            style="yellow",
+        )
+    )
+
+
+async def _aclose(messages: AsyncIterator[Any]) -> None:
+    close = getattr(messages, "aclose", None)
+    if close is not None:
+        await close()
+
+
+@app.command()
+def interrupt(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
+) -> None:
+    """Interrupt a running query: it ends with the result subtype `interrupted`."""
+    _execute(_interrupt(workflow_id))
+
+
+async def _interrupt(workflow_id: str) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        if await runtime.interrupt(workflow_id):
+            stdout.print(f"interrupt sent to {workflow_id} (it was running)")
+        else:
+            stdout.print(f"{workflow_id} is not running; nothing to interrupt")
+        return 0
+    finally:
+        await runtime.close()
+
+
+@app.command()
+def attach(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
+    ] = False,
+) -> None:
+    """Print the messages of a run from its start, following it until its result."""
+    _execute(_attach(workflow_id, json_lines))
+
+
+async def _attach(workflow_id: str, json_lines: bool) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        description = await runtime.client.get_workflow_handle(workflow_id).describe()
+        renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            messages = runtime.durable_messages(workflow_id)
+        else:
+            messages = recorded_messages(runtime, workflow_id)
+        result: ResultMessage | None = None
+        async for message in messages:
+            renderer.show(message)
+            if isinstance(message, ResultMessage):
+                result = message
+        return 1 if result is None or result.is_error else 0
+    finally:
+        await runtime.close()
+
+
+async def recorded_messages(runtime: Runtime, workflow_id: str) -> AsyncIterator[SDKMessage]:
+    """The durable messages of a closed run, rebuilt from its recorded input and output.
+
+    Reading a closed run's message stream takes a query, which needs a worker for its task
+    queue (without one it hangs ~30 s); the input and the result in its history need none.
+    """
+    client = runtime.client
+    run_input: AgentRunInput | None = None
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("workflow_execution_started_event_attributes"):
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [run_input] = await client.data_converter.decode(payloads, [AgentRunInput])
+        break
+    output = None
+    with contextlib.suppress(Exception):
+        output = await client.get_workflow_handle(workflow_id, result_type=AgentRunOutput).result()
+    result = output.result if output is not None else None
+    if run_input is not None:
+        yield SystemMessage(
+            session_id=run_input.session_id,
+            model=run_input.agent.model,
+            tools=run_input.agent.tools,
+            agent=run_input.agent.name,
+            run_id=result.run_id if result is not None else None,
+        )
+    if output is not None:
+        session_id = output.result.session_id
+        turn = 0
+        for message in output.new_messages[1:]:  # the first one is the prompt
+            if message.role == "assistant":
+                turn += 1
+                yield AssistantMessage(message=message, session_id=session_id, turn=turn)
+            else:
+                yield UserMessage(message=message, session_id=session_id)
+        yield output.result
+    else:  # failed, terminated, cancelled or timed out: the runtime maps it to a result
+        yield await runtime.outcome(workflow_id)
+
+
+@app.command()
+def runs(
+    limit: Annotated[int, typer.Option(help="How many runs to list, newest first.")] = 20,
+) -> None:
+    """List recent agent runs (AgentWorkflow executions)."""
+    _execute(_runs(limit))
+
+
+_STATUS_STYLE = {
+    WorkflowExecutionStatus.RUNNING: "yellow",
+    WorkflowExecutionStatus.COMPLETED: "green",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "cyan",
+}
+
+
+async def _runs(limit: int) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        executions = await runtime.list_runs(limit)
+        summaries = await asyncio.gather(
+            *(_summary(runtime.client, e.id, e.run_id) for e in executions)
+        )
+    finally:
+        await runtime.close()
+    if not executions:
+        stdout.print("no agent runs yet")
+        return 0
+    table = Table(title=f"agent runs on {_target(runtime.client)}", title_justify="left")
+    table.add_column("workflow id", no_wrap=True, min_width=max(len(e.id) for e in executions))
+    table.add_column("status", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("summary", overflow="fold")
+    for execution, summary in zip(executions, summaries, strict=True):
+        status = execution.status.name if execution.status else "?"
+        end = execution.close_time or datetime.now(UTC)
+        table.add_row(
+            execution.id,
+            Text(status.lower(), style=_STATUS_STYLE.get(execution.status, "red")),
+            execution.start_time.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            _duration(end - execution.start_time),
+            summary or "",
+        )
+    stdout.print(table)
+    return 0
+
+
+async def _summary(client: Client, workflow_id: str, run_id: str) -> str | None:
+    try:
+        description = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        return await description.static_summary()
+    except RPCError:
+        return None
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = max(delta.total_seconds(), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+@server_app.command("status")
+def server_status() -> None:
+    """Report the embedded server under LATTICE_HOME (exit code 1 when it is not running)."""
+    server = DevServer.running(lattice_home())
+    if server is None:
+        stdout.print(f"no embedded Temporal server is running (home {lattice_home()})")
+        raise typer.Exit(1)
+    _print_server(server, "running")
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """Stop the embedded server under LATTICE_HOME (its data stays)."""
+    server = DevServer.running(lattice_home())
+    if server is None:
+        stdout.print(f"no embedded Temporal server is running (home {lattice_home()})")
+        return
+    server.stop()
+    stdout.print(f"stopped the embedded Temporal server (pid {server.pid}, {server.address})")
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Entry point of the ``lattice`` script."""
+    app(args=list(argv) if argv is not None else None, prog_name="lattice")
+
+
+if __name__ == "__main__":
+    main()
