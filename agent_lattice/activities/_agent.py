@@ -15,7 +15,7 @@ from .._messages import ModelMessage, ToolResultBlock
 from .._streaming import StreamSender
 from .._tools import ToolContext
 from ..providers import ModelRequest, ProviderError
-from ..workflows._types import ModelCallInput, ToolCallInput, ToolCallOutput
+from ..workflows._types import ModelCallInput, ModelCallOutput, ToolCallInput, ToolCallOutput
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -40,7 +40,7 @@ class AgentActivities:
         return agent
 
     @activity.defn(name="lattice.model_request")
-    async def model_request(self, input: ModelCallInput) -> ModelMessage:
+    async def model_request(self, input: ModelCallInput) -> ModelCallOutput:
         agent = self._agent(input.agent_key, input.session_id)
         config = agent.config
         request = ModelRequest(
@@ -61,8 +61,10 @@ class AgentActivities:
                     attempt=attempt,
                     after=input.after,
                 ) as sender:
-                    return await _call_model(agent, request, sender.send)
-            return await _call_model(agent, request, None)
+                    message = await _call_model(agent, request, sender.send)
+            else:
+                message = await _call_model(agent, request, None)
+        return ModelCallOutput(message=message, concurrency_safe=_concurrency_safe(agent, message))
 
     @activity.defn(name="lattice.tool_call")
     async def tool_call(self, input: ToolCallInput) -> ToolCallOutput:
@@ -92,6 +94,22 @@ class AgentActivities:
             end_turn=result.end_turn,
             structured_result=result.structured_result if result.end_turn else None,
         )
+
+
+def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
+    """Ids of the tool calls whose tool says this input may run beside others (host code,
+    evaluated here so the workflow can plan the batch without another round trip)."""
+    safe = []
+    for use in message.tool_uses:
+        definition = agent.tool(use.name)
+        if definition is None or definition.is_concurrency_safe is None:
+            continue
+        try:
+            if definition.is_concurrency_safe(definition.parse_input(use.input)):
+                safe.append(use.id)
+        except Exception:  # invalid input or a failing predicate: run it alone
+            continue
+    return safe
 
 
 async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> ModelMessage:

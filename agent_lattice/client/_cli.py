@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -235,17 +236,26 @@ def _describe_error(err: BaseException) -> str:
     return text
 
 
-def _execute(main: Coroutine[Any, Any, int]) -> None:
-    """Run a command's coroutine; map errors to one red line (exit 2) and Ctrl-C to 130."""
+@contextlib.contextmanager
+def _errors_as_exit() -> Iterator[None]:
+    """Map errors to one red line on stderr (exit 2) and Ctrl-C to exit code 130."""
     try:
-        code = asyncio.run(main)
+        yield
+    except typer.Exit:
+        raise
     except (KeyboardInterrupt, asyncio.CancelledError):
-        code = 130
+        raise typer.Exit(130) from None
     except Exception as err:
         if os.environ.get("LATTICE_DEBUG"):
             raise
         _fail(_describe_error(err))
-        code = 2
+        raise typer.Exit(2) from None
+
+
+def _execute(main: Callable[[], Coroutine[Any, Any, int]]) -> None:
+    """Run a command's coroutine with ``asyncio.run``; its return value is the exit code."""
+    with _errors_as_exit():
+        code = asyncio.run(main())
     raise typer.Exit(code)
 
 
@@ -355,10 +365,6 @@ async def _serve_agents(client: Client, agents: dict[str, Agent], shutdown_s: fl
     return 0
 
 
-def _load_agents(app_ref: str) -> dict[str, Agent]:
-    return app_agents(load_app(app_ref))
-
-
 # ---------------------------------------------------------------------------- commands
 
 
@@ -387,11 +393,12 @@ def dev(
     ensures the server and exits. With APP it serves the app's agents in the foreground until
     Ctrl-C. TEMPORAL_ADDRESS is ignored here: dev is about the embedded server.
     """
-    _execute(_dev(app_ref, port, ui, shutdown_timeout))
+    with _errors_as_exit():
+        agents = app_agents(load_app(app_ref)) if app_ref else None
+    _execute(lambda: _dev(agents, port, ui, shutdown_timeout))
 
 
-async def _dev(app_ref: str | None, port: int, ui: bool, shutdown_s: float) -> int:
-    agents = _load_agents(app_ref) if app_ref else None
+async def _dev(agents: dict[str, Agent] | None, port: int, ui: bool, shutdown_s: float) -> int:
     home = lattice_home()
     server, started = await asyncio.to_thread(DevServer.ensure, home, port=port, ui=ui)
     _print_server(server, "started" if started else "reused")
@@ -431,11 +438,12 @@ def worker(
     APP lists its agents in a module attribute `agents`, or defines them at module level.
     Queries started with `lattice run` or `agent.query()` from anywhere run here.
     """
-    _execute(_worker(app_ref, shutdown_timeout))
+    with _errors_as_exit():
+        agents = app_agents(load_app(app_ref))
+    _execute(lambda: _worker(agents, shutdown_timeout))
 
 
-async def _worker(app_ref: str, shutdown_s: float) -> int:
-    agents = _load_agents(app_ref)
+async def _worker(agents: dict[str, Agent], shutdown_s: float) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
         return await _serve_agents(runtime.client, agents, shutdown_s)
@@ -449,7 +457,9 @@ def run(
         str,
         typer.Argument(metavar="APP:AGENT", help="The agent, e.g. examples/quickstart.py:agent."),
     ],
-    prompt: Annotated[str, typer.Argument(help="The prompt; '-' reads it from stdin.")],
+    prompt: Annotated[
+        str, typer.Argument(metavar="PROMPT", help="The prompt; '-' reads it from stdin.")
+    ],
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
     ] = False,
@@ -473,13 +483,14 @@ def run(
     """
     if prompt == "-":
         prompt = sys.stdin.read()
-    _execute(_run(target, prompt, json_lines=json_lines, stream=not no_stream, serve=serve))
+    with _errors_as_exit():
+        agent = resolve_agent(target)
+    _execute(lambda: _run(agent, prompt, json_lines=json_lines, stream=not no_stream, serve=serve))
 
 
 async def _run(
-    target: str, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
+    agent: Agent, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
 ) -> int:
-    agent = resolve_agent(target)
     runtime = await Runtime.connect(inline_workers=False)
     try:
         return await _run_query(runtime, agent, prompt, json_lines, stream, serve)
@@ -563,7 +574,7 @@ def interrupt(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
 ) -> None:
     """Interrupt a running query: it ends with the result subtype `interrupted`."""
-    _execute(_interrupt(workflow_id))
+    _execute(lambda: _interrupt(workflow_id))
 
 
 async def _interrupt(workflow_id: str) -> int:
@@ -586,7 +597,7 @@ def attach(
     ] = False,
 ) -> None:
     """Print the messages of a run from its start, following it until its result."""
-    _execute(_attach(workflow_id, json_lines))
+    _execute(lambda: _attach(workflow_id, json_lines))
 
 
 async def _attach(workflow_id: str, json_lines: bool) -> int:
@@ -652,7 +663,7 @@ def runs(
     limit: Annotated[int, typer.Option(help="How many runs to list, newest first.")] = 20,
 ) -> None:
     """List recent agent runs (AgentWorkflow executions)."""
-    _execute(_runs(limit))
+    _execute(lambda: _runs(limit))
 
 
 _STATUS_STYLE = {
@@ -674,19 +685,24 @@ async def _runs(limit: int) -> int:
     if not executions:
         stdout.print("no agent runs yet")
         return 0
-    table = Table(title=f"agent runs on {_target(runtime.client)}", title_justify="left")
+    table = Table(
+        title=f"agent runs on {_target(runtime.client)}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("workflow id", no_wrap=True, min_width=max(len(e.id) for e in executions))
-    table.add_column("status", no_wrap=True)
-    table.add_column("started", no_wrap=True)
-    table.add_column("duration", justify="right", no_wrap=True)
-    table.add_column("summary", overflow="fold")
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("started", no_wrap=True, min_width=14)
+    table.add_column("took", justify="right", no_wrap=True, min_width=6)
+    table.add_column("summary", overflow="fold", ratio=1)
     for execution, summary in zip(executions, summaries, strict=True):
         status = execution.status.name if execution.status else "?"
         end = execution.close_time or datetime.now(UTC)
         table.add_row(
             execution.id,
             Text(status.lower(), style=_STATUS_STYLE.get(execution.status, "red")),
-            execution.start_time.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            execution.start_time.astimezone().strftime("%m-%d %H:%M:%S"),
             _duration(end - execution.start_time),
             summary or "",
         )

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ResultSubtype,
         SystemMessage,
         ToolResultBlock,
+        ToolUseBlock,
         Usage,
         UserMessage,
     )
@@ -32,11 +33,13 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AgentRunOutput,
         ModelCallInput,
+        ModelCallOutput,
         ToolCallInput,
         ToolCallOutput,
     )
 
 MESSAGES_TOPIC = "messages"
+MAX_TOOL_CONCURRENCY = 10
 MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
 
@@ -48,7 +51,7 @@ class AgentWorkflow:
         self._stream = WorkflowStream()
         self._out = self._stream.topic(MESSAGES_TOPIC)
         self._interrupted = False
-        self._model_call: asyncio.Task[ModelMessage] | None = None
+        self._model_call: asyncio.Task[ModelCallOutput] | None = None
         self._turns = 0
         self._published = 0
 
@@ -97,11 +100,12 @@ class AgentWorkflow:
                 )
             self._turns += 1
             try:
-                reply = await self._request_model()
+                output = await self._request_model()
             except (ActivityError, CancelledError, asyncio.CancelledError) as err:
                 if self._interrupted:
                     return await self._finish("interrupted")
                 return await self._finish("error_during_execution", error=_error_info(err))
+            reply = output.message
             self._add(
                 reply,
                 AssistantMessage(message=reply, session_id=input.session_id, turn=self._turns),
@@ -115,7 +119,7 @@ class AgentWorkflow:
             if reply.stop_reason == "max_tokens":
                 outcomes = [ToolCallOutput(block=b) for b in truncated_results(reply)]
             else:
-                outcomes = await self._run_tools(reply)
+                outcomes = await self._run_tools(reply, set(output.concurrency_safe))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
             self._add(results, UserMessage(message=results, session_id=input.session_id))
             ending = next((o for o in outcomes if o.end_turn), None)
@@ -126,7 +130,7 @@ class AgentWorkflow:
                     "success", result=text, structured_result=ending.structured_result
                 )
 
-    async def _request_model(self) -> ModelMessage:
+    async def _request_model(self) -> ModelCallOutput:
         input, s = self._input, self._input.settings
         self._model_call = asyncio.ensure_future(
             workflow.execute_activity(
@@ -141,7 +145,7 @@ class AgentWorkflow:
                     stream_channel=input.stream_channel,
                     after=self._published,
                 ),
-                result_type=ModelMessage,
+                result_type=ModelCallOutput,
                 start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
                 heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
                 retry_policy=RetryPolicy(
@@ -158,18 +162,31 @@ class AgentWorkflow:
         finally:
             self._model_call = None
 
-    async def _run_tools(self, reply: ModelMessage) -> list[ToolCallOutput]:
-        outcomes: list[ToolCallOutput] = []
-        for use in reply.tool_uses:
-            if use.name not in self._input.agent.tools:
-                outcomes.append(
-                    ToolCallOutput(block=unknown_tool_result(use, self._input.agent.tools))
-                )
-                continue
-            outcomes.append(await self._call_tool(use))
-        return outcomes
+    async def _run_tools(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
+        """Run a batch: consecutive concurrency-safe calls together, the others alone;
+        results keep the tool_use order, and one failure does not discard the others."""
+        known = self._input.agent.tools
+        outcomes: dict[str, ToolCallOutput] = {}
+        limit = asyncio.Semaphore(MAX_TOOL_CONCURRENCY)
 
-    async def _call_tool(self, use: object) -> ToolCallOutput:
+        async def bounded(use: ToolUseBlock) -> None:
+            async with limit:
+                outcomes[use.id] = await self._call_tool(use)
+
+        group: list[ToolUseBlock] = []
+        for use in reply.tool_uses:
+            if use.name not in known:
+                outcomes[use.id] = ToolCallOutput(block=unknown_tool_result(use, known))
+            elif use.id in safe:
+                group.append(use)
+            else:
+                await asyncio.gather(*(bounded(u) for u in group))
+                group = []
+                outcomes[use.id] = await self._call_tool(use)
+        await asyncio.gather(*(bounded(u) for u in group))
+        return [outcomes[use.id] for use in reply.tool_uses]
+
+    async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
         input, s = self._input, self._input.settings
         call = ToolCallInput(
             agent_key=input.agent.key,

@@ -18,6 +18,7 @@ __all__ = [
     "AgentRunInput",
     "AgentRunOutput",
     "ModelCallInput",
+    "ModelCallOutput",
     "ToolCallInput",
     "ToolCallOutput",
 ]
@@ -71,6 +72,12 @@ class ModelCallInput(BaseModel):
     stream_to: str | None = None
     stream_channel: str | None = None
     after: int = 0
+
+
+class ModelCallOutput(BaseModel):
+    message: ModelMessage
+    # tool_use ids whose tool declared this input safe to run beside others
+    concurrency_safe: list[str] = Field(default_factory=list)
 
 
 class ToolCallInput(BaseModel):
