@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import make_calculator
 
 from agent_lattice import (
     AssistantMessage,
@@ -28,6 +27,8 @@ from agent_lattice.testing import (
     tool_use,
     tool_use_block,
 )
+
+from conftest import make_calculator
 
 
 def text_deltas(messages) -> str:
@@ -195,9 +196,9 @@ async def test_unknown_tool_and_invalid_input_become_error_results(make_agent, f
 
 
 async def test_failing_tool_handler_is_reported_to_the_model(make_agent, fake_anthropic):
-    from conftest import Expr
-
     from agent_lattice import tool
+
+    from conftest import Expr
 
     def broken(input: Expr) -> str:
         raise RuntimeError("database is down")

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from conftest import keep_history
-from crash_app import build_agent
 
 from agent_lattice import ResultMessage, StreamEventMessage
 from agent_lattice.client import Runtime
 from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, slow, text, tool_use
+
+from conftest import keep_history
+from crash_app import build_agent
 
 HERE = Path(__file__).parent
 

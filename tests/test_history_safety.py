@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conftest import API_KEY, HISTORIES, keep_history, make_calculator
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from agent_lattice import LatticePlugin, ResultMessage, StreamEventMessage
 from agent_lattice.testing import Script, error, slow, text, tool_use
+
+from conftest import API_KEY, HISTORIES, keep_history, make_calculator
 
 
 def replayer() -> Replayer:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from conftest import Expr
-
 from agent_lattice import ResultMessage, StreamEventMessage, ToolResult, tool
 from agent_lattice.testing import Script, slow, text, tool_use
+
+from conftest import Expr
 
 
 async def test_interrupt_during_stream_drops_partial_turn(make_agent, fake_anthropic):

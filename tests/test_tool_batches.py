@@ -6,6 +6,7 @@ import asyncio
 
 from agent_lattice import ToolResult, tool
 from agent_lattice.testing import Script, message, text, tool_use_block
+
 from conftest import Expr
 
 
