@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -28,6 +29,13 @@ from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    TelemetryConfig,
+    TelemetryFilter,
+)
+from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._agent import Agent
@@ -255,8 +263,29 @@ def _errors_as_exit() -> Iterator[None]:
 def _execute(main: Callable[[], Coroutine[Any, Any, int]]) -> None:
     """Run a command's coroutine with ``asyncio.run``; its return value is the exit code."""
     with _errors_as_exit():
+        _core_logs_to_python()
         code = asyncio.run(main())
     raise typer.Exit(code)
+
+
+def _core_logs_to_python() -> None:
+    """Temporal's core writes its warnings to stdout by default; route them through Python
+    logging (stderr) so stdout carries only what the command prints (``--json`` stays pure)."""
+    logger = logging.getLogger("temporalio.core")
+    if any(getattr(h, "_lattice", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler._lattice = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.propagate = False
+    telemetry = TelemetryConfig(
+        logging=LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+            forwarding=LogForwardingConfig(logger=logger),
+        )
+    )
+    TemporalRuntime.set_default(TemporalRuntime(telemetry=telemetry), error_if_already_set=False)
 
 
 @contextlib.contextmanager
@@ -514,6 +543,10 @@ async def _run_query(
                 Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
             )
     runtime.inline_workers = serve
+    if serve:
+        # Serve every session of this definition, not only ours: another process serving the
+        # same task queue inline may pick up our tasks, and we theirs (same app, same code).
+        runtime._registry.add(agent)
     messages = agent.query(prompt, runtime=runtime, stream=stream)
     workflow_id = agent._run.workflow_id if agent._run is not None else None
     renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)

@@ -17,12 +17,19 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Worker
 
 from .._errors import ConfigurationError
-from .._messages import ErrorInfo, ResultMessage, SDKMessage
+from .._messages import (
+    AssistantMessage,
+    ErrorInfo,
+    ResultMessage,
+    SDKMessage,
+    SystemMessage,
+    UserMessage,
+)
 from .._streaming import StreamReceiver
 from ..worker._plugin import LatticePlugin
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
-from ..workflows._types import ActivitySettings, AgentRunOutput
+from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._server import DevServer, lattice_home
 
 if TYPE_CHECKING:
@@ -171,6 +178,13 @@ class Runtime:
         return self._durable(workflow_id, from_offset)
 
     async def _durable(self, workflow_id: str, from_offset: int) -> AsyncIterator[SDKMessage]:
+        handle = self.client.get_workflow_handle(workflow_id)
+        status = (await handle.describe()).status
+        if status != WorkflowExecutionStatus.RUNNING:
+            # A closed run is read from its recorded history: no worker needed.
+            for message in (await self._recorded_messages(workflow_id))[from_offset:]:
+                yield message
+            return
         stream = WorkflowStreamClient.create(self.client, workflow_id)
         try:
             async for item in stream.subscribe(
@@ -181,10 +195,55 @@ class Runtime:
                 if isinstance(message, ResultMessage):
                     return
         except Exception as err:
-            # The run closed without a readable stream (no worker to answer, or it failed):
-            # fall back to what Temporal recorded as its outcome.
+            # The run closed while we read and no worker answers for it: use the record.
             log.debug("stream of %s unavailable: %s", workflow_id, err)
             yield await self.outcome(workflow_id)
+
+    async def _recorded_messages(self, workflow_id: str) -> list[SDKMessage]:
+        """The durable messages of a closed run, rebuilt from its input and output."""
+        handle = self.client.get_workflow_handle(workflow_id)
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        (run_input,) = await self.client.data_converter.decode(
+            started.input.payloads, [AgentRunInput]
+        )
+        result = await self.outcome(workflow_id)
+        if not result.session_id:  # a failed or terminated run has no result of its own
+            result = result.model_copy(
+                update={"session_id": run_input.session_id, "workflow_id": workflow_id}
+            )
+        run_id = result.run_id or started.original_execution_run_id
+        messages: list[SDKMessage] = [
+            SystemMessage(
+                subtype="init",
+                session_id=run_input.session_id,
+                model=run_input.agent.model,
+                tools=run_input.agent.tools,
+                agent=run_input.agent.name,
+                workflow_id=workflow_id,
+                run_id=run_id,
+            )
+        ]
+        output = await self._output(workflow_id)
+        turn = 0
+        for message in output.new_messages[1:] if output else []:
+            if message.role == "assistant":
+                turn += 1
+                messages.append(
+                    AssistantMessage(message=message, session_id=run_input.session_id, turn=turn)
+                )
+            else:
+                messages.append(UserMessage(message=message, session_id=run_input.session_id))
+        messages.append(result)
+        return messages
+
+    async def _output(self, workflow_id: str) -> AgentRunOutput | None:
+        try:
+            return await self.client.get_workflow_handle(
+                workflow_id, result_type=AgentRunOutput
+            ).result()
+        except WorkflowFailureError:
+            return None
 
     async def outcome(self, workflow_id: str) -> ResultMessage:
         """The result of a run, waiting for it to close; failures become error results."""
