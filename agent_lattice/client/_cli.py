@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -728,7 +729,7 @@ async def _runs(limit: int) -> int:
     table.add_column("status", no_wrap=True, min_width=9)
     table.add_column("started", no_wrap=True, min_width=14)
     table.add_column("took", justify="right", no_wrap=True, min_width=6)
-    table.add_column("summary", overflow="fold", ratio=1)
+    table.add_column("summary", overflow="fold", ratio=1, min_width=12)
     for execution, summary in zip(executions, summaries, strict=True):
         status = execution.status.name if execution.status else "?"
         end = execution.close_time or datetime.now(UTC)
@@ -739,7 +740,10 @@ async def _runs(limit: int) -> int:
             _duration(end - execution.start_time),
             summary or "",
         )
-    stdout.print(table)
+    # Never crop: a narrow terminal wraps the lines, a pipe gets them whole (grep-able).
+    measured = Measurement.get(stdout, stdout.options.update_width(10_000), table)
+    width = max(stdout.width, measured.minimum if stdout.is_terminal else measured.maximum)
+    Console(width=width, emoji=False, highlight=False).print(table)
     return 0
 
 

