@@ -15,7 +15,15 @@ import pytest_asyncio
 
 from agent_lattice import ResultMessage, StreamEventMessage
 from agent_lattice.client import Runtime
-from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, slow, text, tool_use
+from agent_lattice.testing import (
+    FAST_SETTINGS,
+    RecordedRequest,
+    Reply,
+    assert_eventually,
+    slow,
+    text,
+    tool_use,
+)
 
 from conftest import keep_history
 from crash_app import build_agent
@@ -83,13 +91,16 @@ async def test_kill_mid_stream_retries_the_request_on_a_new_worker(
     remote_runtime, fake_anthropic, workers, effects
 ):
     answer = " ".join(f"t{i}" for i in range(40))
-    fake_anthropic.set_handler(
-        Script(
-            tool_use("record", {"text": "A"}),
-            slow(text(answer), delay=0.1),  # killed while this streams
-            text(answer),  # the retry on the new worker
-        )
-    )
+    answered: list[int] = []
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use("record", {"text": "A"})
+        answered.append(request.index)
+        # the first answer is killed while it streams; the retry on the new worker is quick
+        return slow(text(answer), delay=0.1) if len(answered) == 1 else text(answer)
+
+    fake_anthropic.set_handler(model)
     agent = build_agent(fake_anthropic.base_url)
     first = await workers()
 
@@ -111,7 +122,7 @@ async def test_kill_mid_stream_retries_the_request_on_a_new_worker(
     assert result.result == answer and result.num_turns == 2
     # turn 1 (model call and tool) ran once; only the interrupted turn-2 request was repeated
     assert effects.read_text().splitlines() == ["record:A"]
-    assert len(fake_anthropic.requests) == 3
+    assert len(fake_anthropic.requests) == 3 and len(answered) == 2
     retried = [m for m in messages if isinstance(m, StreamEventMessage) and m.attempt > 1]
     assert retried and {m.turn for m in retried} == {2}
     history = await agent.get_history()
@@ -122,13 +133,13 @@ async def test_kill_mid_stream_retries_the_request_on_a_new_worker(
 async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
     remote_runtime, fake_anthropic, workers, effects
 ):
-    fake_anthropic.set_handler(
-        Script(
-            tool_use("record", {"text": "A"}),
-            tool_use("block", {"text": "B"}),
-            text("done"),
-        )
-    )
+    def model(request: RecordedRequest) -> Reply:
+        done = [r["content"] for r in request.tool_results]
+        if not request.tool_results:
+            return tool_use("record", {"text": "A"})
+        return tool_use("block", {"text": "B"}) if done == ["recorded A"] else text("done")
+
+    fake_anthropic.set_handler(model)
     agent = build_agent(fake_anthropic.base_url)
     first = await workers()
 

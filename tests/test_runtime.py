@@ -44,5 +44,7 @@ async def test_embedded_server_is_started_once_then_reused(
 
 
 async def test_unreachable_server_is_a_configuration_error():
-    with pytest.raises(ConfigurationError, match=r"could not connect to Temporal at 127\.0\.0\.1:1"):
+    with pytest.raises(
+        ConfigurationError, match=r"could not connect to Temporal at 127\.0\.0\.1:1"
+    ):
         await Runtime.connect("127.0.0.1:1")

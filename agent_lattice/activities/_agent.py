@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._messages import ModelMessage, ToolResultBlock
 from .._streaming import StreamSender
@@ -52,7 +52,7 @@ class AgentActivities:
             stream=input.stream,
         )
         attempt = activity.info().attempt
-        async with _heartbeating():
+        async with _heartbeating(), _quiet_when_abandoned():
             if input.stream and input.stream_to and input.stream_channel:
                 async with StreamSender(
                     input.stream_to,
@@ -125,6 +125,28 @@ async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> 
             if err.retry_after is not None
             else None,
         ) from None
+
+
+@contextlib.asynccontextmanager
+async def _quiet_when_abandoned() -> AsyncIterator[None]:
+    """End a model request cut off by anything but a cancellation request quietly.
+
+    An interrupt closes its run without waiting for the aborted request, and a stopping
+    worker cancels what it runs. Either way the request fails as *retryable* and *benign*:
+    a closed run ignores it, a live one retries it on another worker, and nothing is logged
+    as a warning. A real cancellation request stays a cancellation.
+    """
+    try:
+        yield
+    except asyncio.CancelledError:
+        details = activity.cancellation_details()
+        if details is None or not details.cancel_requested:
+            raise ApplicationError(
+                "model request cut off (its query ended or its worker stopped)",
+                type="Abandoned",
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+        raise
 
 
 @contextlib.asynccontextmanager

@@ -30,13 +30,6 @@ from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.runtime import (
-    LogForwardingConfig,
-    LoggingConfig,
-    TelemetryConfig,
-    TelemetryFilter,
-)
-from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._agent import Agent
@@ -51,7 +44,6 @@ from .._messages import (
     UserMessage,
 )
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
-from ..workflows._types import AgentRunInput, AgentRunOutput
 from ._runtime import Runtime
 from ._server import DevServer, lattice_home
 
@@ -62,6 +54,7 @@ POLLER_FRESH = timedelta(seconds=70)
 # Without a message after this long, a run that relies on an external worker says so.
 WORKER_HINT_AFTER_S = 5.0
 TOOL_RESULT_CHARS = 200
+DEFAULT_PORT = 7233  # the embedded server's gRPC port unless busy (DevServer's default)
 
 stdout = Console(soft_wrap=True, emoji=False, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
@@ -105,9 +98,9 @@ class Renderer:
 
     def show(self, message: SDKMessage) -> None:
         if self.json_lines:
-            sys.stdout.write(json.dumps(message.model_dump(mode="json"), ensure_ascii=False))
-            sys.stdout.write("\n")
-            sys.stdout.flush()
+            out = self.console.file
+            out.write(json.dumps(message.model_dump(mode="json"), ensure_ascii=False) + "\n")
+            out.flush()
             return
         if isinstance(message, StreamEventMessage):
             self._stream_event(message)
@@ -134,8 +127,8 @@ class Renderer:
         parts = [message.agent or "agent", message.model or "?"]
         if message.tools:
             parts.append("tools " + ", ".join(message.tools))
-        if self.workflow_id:
-            parts.append(f"workflow {self.workflow_id}")
+        if workflow_id := message.workflow_id or self.workflow_id:
+            parts.append(f"workflow {workflow_id}")
         if message.run_id:
             parts.append(f"run {message.run_id}")
         self.note("● " + " · ".join(parts))
@@ -197,8 +190,8 @@ class Renderer:
             f"{usage.input_tokens} in / {usage.output_tokens} out tokens",
             f"stop {message.stop_reason or '-'}",
         ]
-        if self.workflow_id:
-            parts.append(f"workflow {self.workflow_id}")
+        if workflow_id := message.workflow_id or self.workflow_id:
+            parts.append(f"workflow {workflow_id}")
         if message.run_id:
             parts.append(f"run {message.run_id}")
         if message.is_error and message.result:
@@ -229,7 +222,7 @@ def _one_line(text: str, limit: int) -> str:
 
 
 def _fail(message: str) -> None:
-    stderr.print(Text(f"error: {message}", style="red"))
+    stderr.print(Text("error: " + " ".join(message.split()), style="red"))
 
 
 def _describe_error(err: BaseException) -> str:
@@ -264,29 +257,35 @@ def _errors_as_exit() -> Iterator[None]:
 def _execute(main: Callable[[], Coroutine[Any, Any, int]]) -> None:
     """Run a command's coroutine with ``asyncio.run``; its return value is the exit code."""
     with _errors_as_exit():
-        _core_logs_to_python()
+        _configure_logging()
         code = asyncio.run(main())
     raise typer.Exit(code)
 
 
-def _core_logs_to_python() -> None:
-    """Temporal's core writes its warnings to stdout by default; route them through Python
-    logging (stderr) so stdout carries only what the command prints (``--json`` stays pure)."""
-    logger = logging.getLogger("temporalio.core")
-    if any(getattr(h, "_lattice", False) for h in logger.handlers):
+class _OneLineFormatter(logging.Formatter):
+    """Log records as one line: an activity failing on every retry must not print a
+    traceback each time (``LATTICE_DEBUG=1`` shows them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+        error = record.exc_info[1] if record.exc_info else None
+        return f"{text}: {type(error).__name__}: {error}" if error is not None else text
+
+
+def _configure_logging() -> None:
+    """Temporal's logs (its core's included, which by default go to stdout) go to stderr, one
+    line each, so stdout carries only what the command prints (``--json`` stays pure)."""
+    logger = logging.getLogger("temporalio")
+    if any(getattr(h, "lattice_cli", False) for h in logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    handler._lattice = True  # type: ignore[attr-defined]
+    debug = bool(os.environ.get("LATTICE_DEBUG"))
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s %(name)s: %(message)s") if debug else _OneLineFormatter()
+    )
+    handler.lattice_cli = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.propagate = False
-    telemetry = TelemetryConfig(
-        logging=LoggingConfig(
-            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
-            forwarding=LogForwardingConfig(logger=logger),
-        )
-    )
-    TemporalRuntime.set_default(TemporalRuntime(telemetry=telemetry), error_if_already_set=False)
 
 
 @contextlib.contextmanager
@@ -409,9 +408,21 @@ def dev(
         ),
     ] = None,
     port: Annotated[
-        int, typer.Option(help="gRPC port when the server is started (UI: port + 1000).")
-    ] = 7233,
+        int | None,
+        typer.Option(
+            help="gRPC port when the server is started: default 7233 (UI on port + 1000), "
+            "0 for any free port.",
+            show_default=False,
+        ),
+    ] = None,
     ui: Annotated[bool, typer.Option("--ui/--headless", help="Serve the Temporal UI.")] = True,
+    ui_port: Annotated[
+        int | None,
+        typer.Option(
+            help="UI port when the server is started (default: gRPC port + 1000).",
+            show_default=False,
+        ),
+    ] = None,
     shutdown_timeout: Annotated[
         float, typer.Option(help="Seconds in-flight activities get on shutdown.")
     ] = 10.0,
@@ -425,15 +436,24 @@ def dev(
     """
     with _errors_as_exit():
         agents = app_agents(load_app(app_ref)) if app_ref else None
-    _execute(lambda: _dev(agents, port, ui, shutdown_timeout))
+    _execute(lambda: _dev(agents, port, ui, ui_port, shutdown_timeout))
 
 
-async def _dev(agents: dict[str, Agent] | None, port: int, ui: bool, shutdown_s: float) -> int:
+async def _dev(
+    agents: dict[str, Agent] | None,
+    port: int | None,
+    ui: bool,
+    ui_port: int | None,
+    shutdown_s: float,
+) -> int:
     home = lattice_home()
-    server, started = await asyncio.to_thread(DevServer.ensure, home, port=port, ui=ui)
+    server, started = await asyncio.to_thread(
+        DevServer.ensure, home, port=port, ui_port=ui_port, ui=ui
+    )
     _print_server(server, "started" if started else "reused")
-    if started and port and server.port != port:
-        stderr.print(Text(f"port {port} was busy; the server listens on {server.port}", "yellow"))
+    wanted = DEFAULT_PORT if port is None else port
+    if started and wanted and server.port != wanted:
+        stderr.print(Text(f"port {wanted} was busy; the server listens on {server.port}", "yellow"))
     if not started and port and server.port != port:
         stderr.print(Text(f"--port ignored: the running server listens on {server.port}", "dim"))
     if os.environ.get("TEMPORAL_ADDRESS") and agents:
@@ -544,13 +564,8 @@ async def _run_query(
                 Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
             )
     runtime.inline_workers = serve
-    if serve:
-        # Serve every session of this definition, not only ours: another process serving the
-        # same task queue inline may pick up our tasks, and we theirs (same app, same code).
-        runtime._registry.add(agent)
     messages = agent.query(prompt, runtime=runtime, stream=stream)
-    workflow_id = agent._run.workflow_id if agent._run is not None else None
-    renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
+    renderer = Renderer(stdout, json_lines=json_lines)
     main_task = asyncio.current_task()
     interrupted: list[int] = []
 
@@ -570,10 +585,9 @@ async def _run_query(
                 if hint is not None:
                     hint.cancel()
                     hint = None
-                if isinstance(message, SystemMessage) and json_lines:
-                    stderr.print(
-                        Text(f"workflow {workflow_id} · run {message.run_id}", style="dim")
-                    )
+                if json_lines and isinstance(message, SystemMessage) and message.subtype == "init":
+                    where = f"workflow {message.workflow_id} · run {message.run_id}"
+                    stderr.print(Text(where, style="dim"))
                 renderer.show(message)
                 if isinstance(message, ResultMessage):
                     result = message
@@ -637,59 +651,16 @@ def attach(
 async def _attach(workflow_id: str, json_lines: bool) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
-        description = await runtime.client.get_workflow_handle(workflow_id).describe()
         renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
-        if description.status == WorkflowExecutionStatus.RUNNING:
-            messages = runtime.durable_messages(workflow_id)
-        else:
-            messages = recorded_messages(runtime, workflow_id)
         result: ResultMessage | None = None
-        async for message in messages:
+        # A run in progress is followed live; a closed one is rebuilt from its history.
+        async for message in runtime.durable_messages(workflow_id):
             renderer.show(message)
             if isinstance(message, ResultMessage):
                 result = message
         return 1 if result is None or result.is_error else 0
     finally:
         await runtime.close()
-
-
-async def recorded_messages(runtime: Runtime, workflow_id: str) -> AsyncIterator[SDKMessage]:
-    """The durable messages of a closed run, rebuilt from its recorded input and output.
-
-    Reading a closed run's message stream takes a query, which needs a worker for its task
-    queue (without one it hangs ~30 s); the input and the result in its history need none.
-    """
-    client = runtime.client
-    run_input: AgentRunInput | None = None
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
-        if event.HasField("workflow_execution_started_event_attributes"):
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            [run_input] = await client.data_converter.decode(payloads, [AgentRunInput])
-        break
-    output = None
-    with contextlib.suppress(Exception):
-        output = await client.get_workflow_handle(workflow_id, result_type=AgentRunOutput).result()
-    result = output.result if output is not None else None
-    if run_input is not None:
-        yield SystemMessage(
-            session_id=run_input.session_id,
-            model=run_input.agent.model,
-            tools=run_input.agent.tools,
-            agent=run_input.agent.name,
-            run_id=result.run_id if result is not None else None,
-        )
-    if output is not None:
-        session_id = output.result.session_id
-        turn = 0
-        for message in output.new_messages[1:]:  # the first one is the prompt
-            if message.role == "assistant":
-                turn += 1
-                yield AssistantMessage(message=message, session_id=session_id, turn=turn)
-            else:
-                yield UserMessage(message=message, session_id=session_id)
-        yield output.result
-    else:  # failed, terminated, cancelled or timed out: the runtime maps it to a result
-        yield await runtime.outcome(workflow_id)
 
 
 @app.command()

@@ -14,6 +14,8 @@ from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryConfig, TelemetryFilter
+from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.worker import Worker
 
 from .._errors import ConfigurationError
@@ -55,6 +57,38 @@ class _QuietCancelledEviction(logging.Filter):
 
 
 logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
+
+
+class _QuietAbandonedActivity(logging.Filter):
+    """An interrupt closes the run without waiting for the aborted model request, which then
+    completes into a closed workflow; Core reports that as a warning, expected here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Activity not found on completion" not in record.getMessage()
+
+
+_CORE_LOGGER = logging.getLogger("temporalio.core")
+_CORE_LOGGER.addFilter(_QuietAbandonedActivity())
+_TEMPORAL_RUNTIME: TemporalRuntime | None = None
+
+
+def _temporal_runtime() -> TemporalRuntime:
+    """One Temporal Core runtime per process, its logs forwarded to Python logging."""
+    global _TEMPORAL_RUNTIME
+    if _TEMPORAL_RUNTIME is None:
+        _TEMPORAL_RUNTIME = TemporalRuntime(
+            telemetry=TelemetryConfig(
+                logging=LoggingConfig(
+                    filter=TelemetryFilter(core_level="WARN", other_level="WARN"),
+                    forwarding=LogForwardingConfig(
+                        logger=_CORE_LOGGER, append_target_to_name=False
+                    ),
+                )
+            )
+        )
+    return _TEMPORAL_RUNTIME
+
+
 POLL_COOLDOWN_S = 0.02
 
 
@@ -124,6 +158,7 @@ class Runtime:
                 api_key=api_key,
                 tls=bool(api_key),
                 data_converter=pydantic_data_converter,
+                runtime=_temporal_runtime(),
             )
         except Exception as err:
             raise ConfigurationError(f"could not connect to Temporal at {address}: {err}") from err
@@ -136,6 +171,9 @@ class Runtime:
         if not self.inline_workers:
             return
         self._registry.add_session(agent)
+        # Other processes serving the same definition may take this agent's tasks and this
+        # process theirs: serve the definition too, not only this session.
+        self._registry.add(agent)
         async with self._lock:
             if agent.task_queue in self._workers:
                 return

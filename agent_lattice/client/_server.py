@@ -119,6 +119,7 @@ class DevServer:
         home: Path | None = None,
         *,
         port: int | None = None,
+        ui_port: int | None = None,
         ui: bool = True,
         timeout: float = 60.0,
     ) -> tuple[DevServer, bool]:
@@ -130,14 +131,16 @@ class DevServer:
             existing = cls.running(home)
             if existing is not None:
                 return existing, False
-            server = cls._start(home, port=port, ui=ui, timeout=timeout)
+            server = cls._start(home, port=port, ui_port=ui_port, ui=ui, timeout=timeout)
             cls._state_file(home).write_text(json.dumps(asdict(server)))
             return server, True
 
     @classmethod
-    def _start(cls, home: Path, *, port: int | None, ui: bool, timeout: float) -> DevServer:
+    def _start(
+        cls, home: Path, *, port: int | None, ui_port: int | None, ui: bool, timeout: float
+    ) -> DevServer:
         grpc_port = _free_port(7233 if port is None else port)
-        ui_port = _free_port(grpc_port + 1000)
+        ui_port = ui_port if ui_port is not None else _free_port(grpc_port + 1000)
         args = [
             temporal_binary(),
             "server",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from .._messages import ModelMessage, Usage
 from ._base import EventSink, ModelRequest, ProviderError, is_retryable_status
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = ["AnthropicModelClient"]
 
@@ -51,6 +52,9 @@ class AnthropicModelClient:
         return self._base_url or os.environ.get("ANTHROPIC_BASE_URL")
 
     def _sdk(self) -> anthropic.AsyncAnthropic:
+        # Imported on first use: the SDK takes seconds to import, and only workers call it.
+        import anthropic
+
         if self._client is None:
             self._client = anthropic.AsyncAnthropic(
                 api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-api-key",
@@ -90,6 +94,8 @@ class AnthropicModelClient:
     async def create(
         self, request: ModelRequest, *, on_event: EventSink | None = None
     ) -> ModelMessage:
+        import anthropic
+
         params = self.params(request)
         try:
             if request.stream:

@@ -13,10 +13,11 @@ __all__ = ["FAST_SETTINGS", "assert_eventually", "collect"]
 
 T = TypeVar("T")
 
-# Short heartbeats and retry intervals so crash and retry tests finish in seconds.
+# Short heartbeats and retry intervals so crash and retry tests finish in seconds (not so
+# short that a busy 2-core machine misses a heartbeat and retries a healthy activity).
 FAST_SETTINGS = ActivitySettings(
-    model_heartbeat_s=2.0,
-    tool_heartbeat_s=2.0,
+    model_heartbeat_s=5.0,
+    tool_heartbeat_s=5.0,
     retry_initial_s=0.1,
     retry_max_interval_s=1.0,
     model_max_attempts=5,

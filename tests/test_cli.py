@@ -1,0 +1,481 @@
+"""The ``lattice`` CLI, end to end: real CLI processes against the session's Temporal dev server
+and a fake Anthropic server (``tests/cli_app.py`` is the app).
+
+Starting a CLI process costs seconds of imports (anthropic, temporalio), so most commands run
+in processes forked from a fork server that has imported the CLI once: each is a separate
+process calling the real ``main(argv)`` with its own environment, stdout and stderr. One test
+starts a fresh ``python -m agent_lattice.client._cli``.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from agent_lattice import (
+    AssistantMessage,
+    ModelMessage,
+    ResultMessage,
+    StreamEventMessage,
+    TextBlock,
+)
+from agent_lattice.client._cli import Renderer, app
+from agent_lattice.client._server import DevServer
+from agent_lattice.testing import (
+    FakeAnthropicServer,
+    RecordedRequest,
+    Reply,
+    Script,
+    slow,
+    stream_error,
+    text,
+    tool_use,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = Path(__file__).with_name("cli_app.py")
+TARGET = f"{APP}:agent"
+WAIT_PROMPT = "please wait"  # the fake model hangs on this prompt
+TIMEOUT = 45.0
+
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(["agent_lattice.client._cli", __name__])
+_numbers = itertools.count()
+
+
+def model(request: RecordedRequest) -> Reply:
+    """Calls the calculator first, then answers with its result; hangs on WAIT_PROMPT."""
+    if request.tool_results:
+        return text(f"The sum is {request.tool_results[0]['content']}.")
+    if WAIT_PROMPT in (request.last_user_text or ""):
+        return slow(text("too late"), delay=60)
+    return tool_use("calculator", {"expr": "2+2"})
+
+
+def _forked_main(argv: list[str], env: dict[str, str], out: str, err: str) -> None:
+    """In a process forked from the fork server: ``main(argv)`` with its own env and output."""
+    for fd, path in ((1, out), (2, err)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the fork server ignores it
+    from agent_lattice.client._cli import main
+
+    main(argv)
+
+
+class Cli:
+    """One CLI process; the test reads its stdout and stderr files as they grow."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], *, command: list[str] | None) -> None:
+        number = next(_numbers)
+        workdir = Path(env["LATTICE_TEST_OUTPUT"])
+        self.out_path, self.err_path = workdir / f"cli{number}.out", workdir / f"cli{number}.err"
+        self._seen = 0
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._process: Any = None
+        if command is None:
+            self._process = FORKS.Process(
+                target=_forked_main, args=(argv, env, str(self.out_path), str(self.err_path))
+            )
+            self._process.start()
+            self.pid: int = self._process.pid
+        else:
+            with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+                self._popen = subprocess.Popen(
+                    [*command, *argv],
+                    env={**env, "PYTHONUNBUFFERED": "1"},
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            self.pid = self._popen.pid
+
+    @classmethod
+    def run(cls, *argv: str, env: dict[str, str]) -> Cli:
+        """``main(argv)`` in a process forked from the preloaded fork server."""
+        return cls(list(argv), env, command=None)
+
+    @classmethod
+    def exec(cls, *argv: str, env: dict[str, str]) -> Cli:
+        """A fresh interpreter: ``python -m agent_lattice.client._cli``."""
+        return cls(list(argv), env, command=[sys.executable, "-m", "agent_lattice.client._cli"])
+
+    def poll(self) -> int | None:
+        if self._popen is not None:
+            return self._popen.poll()
+        return self._process.exitcode
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def wait_for(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
+        """The first complete stdout line from the last match on that matches ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            exited = self.poll() is not None
+            lines = _read(self.out_path).split("\n")[:-1]  # complete lines only
+            for index in range(self._seen, len(lines)):
+                if match := re.search(pattern, lines[index]):
+                    self._seen = index + 1
+                    return match
+            if exited or time.monotonic() > deadline:
+                raise AssertionError(f"no line matching {pattern!r}; {self!r}")
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = TIMEOUT) -> int:
+        if self._popen is not None:
+            try:
+                return self._popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            self._process.join(timeout)
+            if self._process.exitcode is not None:
+                return int(self._process.exitcode)
+        self.kill()
+        raise AssertionError(f"still running after {timeout}s; {self!r}")
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with_signal = self._popen or self._process
+            with_signal.kill()
+            if self._popen is not None:
+                self._popen.wait(5)
+            else:
+                self._process.join(5)
+
+    @property
+    def stdout(self) -> list[str]:
+        return _read(self.out_path).splitlines()
+
+    @property
+    def stderr(self) -> list[str]:
+        return _read(self.err_path).splitlines()
+
+    @property
+    def out(self) -> str:
+        return _read(self.out_path).rstrip("\n")
+
+    @property
+    def err(self) -> str:
+        return _read(self.err_path).rstrip("\n")
+
+    def __repr__(self) -> str:
+        return f"pid {self.pid}\nstdout:\n{self.out}\nstderr:\n{self.err}"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server() -> None:
+    """Start the fork server's imports now, while the first tests run."""
+    multiprocessing.forkserver.ensure_running()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Cli]]:
+    """Processes of a test, killed at its end if still running."""
+    started: list[Cli] = []
+    yield started
+    for proc in started:
+        proc.kill()
+
+
+@pytest.fixture
+def env(
+    lattice_server: str,
+    task_queue_prefix: str,
+    fake_anthropic: FakeAnthropicServer,
+    tmp_path: Path,
+) -> dict[str, str]:
+    """Environment for CLI processes: the session server, this test's queues, the fake model."""
+    fake_anthropic.set_handler(model)
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": lattice_server,
+        "LATTICE_TASK_QUEUE_PREFIX": task_queue_prefix,
+        "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
+        "ANTHROPIC_API_KEY": "test-key",
+        "LATTICE_HOME": str(tmp_path / "home"),
+        "COLUMNS": "200",
+        "LATTICE_TEST_OUTPUT": str(tmp_path),
+    }
+
+
+def json_lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines()]
+
+
+def squeeze(kinds: list[str]) -> list[str]:
+    """Consecutive repeats collapsed: many stream events count as one step."""
+    return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+
+
+# ---------------------------------------------------------------------------- arguments
+
+
+runner = CliRunner()
+
+
+def test_help_lists_every_command() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("dev", "worker", "run", "interrupt", "attach", "runs", "server"):
+        assert command in result.output
+    result = runner.invoke(app, ["run", "--help"])
+    assert result.exit_code == 0
+    assert "--no-worker" in result.output and "--json" in result.output
+
+
+def test_missing_arguments_are_usage_errors() -> None:
+    result = runner.invoke(app, ["run", TARGET])
+    assert result.exit_code == 2
+    assert "Missing argument" in result.output
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["run", "no_such_module_xyz:agent", "hi"], "could not import app 'no_such_module_xyz'"),
+        (["run", "missing/app.py:agent", "hi"], "app file not found: missing/app.py"),
+        (["run", "no-colon-here", "hi"], "expected APP:AGENT"),
+        (["run", f"{APP}:nope", "hi"], "has no agent named 'nope'"),
+        (["worker", "no_such_module_xyz"], "could not import app"),
+    ],
+)
+def test_bad_app_is_one_red_line(command: list[str], message: str) -> None:
+    # These fail before any connection or event loop, so they run in-process.
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+def test_run_json_emits_every_message_in_order(env: dict[str, str], procs: list[Cli]) -> None:
+    procs.append(run := Cli.exec("run", TARGET, "What is 2+2?", "--json", env=env))
+    assert run.finish() == 0, run
+    messages = json_lines(run.out)  # every stdout line is one JSON object
+    kinds = [m["type"] for m in messages]
+    assert squeeze(kinds) == [
+        "system",
+        "stream_event",
+        "assistant",
+        "user",
+        "stream_event",
+        "assistant",
+        "result",
+    ]
+    assistant = [m for m in messages if m["type"] == "assistant"]
+    assert assistant[0]["message"]["content"][0]["name"] == "calculator"
+    user = next(m for m in messages if m["type"] == "user")
+    assert user["message"]["content"][0]["content"] == "4"
+    streamed = "".join(
+        m["event"]["delta"]["text"]
+        for m in messages
+        if m["type"] == "stream_event"
+        and m["turn"] == 2
+        and m["event"].get("delta", {}).get("type") == "text_delta"
+    )
+    assert streamed == "The sum is 4."
+    result = messages[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False
+    assert result["result"] == "The sum is 4." and result["num_turns"] == 2
+    assert result["usage"]["input_tokens"] > 0
+    assert re.search(r"workflow clitest-[0-9a-f]+-1 · run \S+", run.err), run.err
+
+
+def test_run_prints_a_human_transcript_then_runs_and_attach_find_it(
+    env: dict[str, str], procs: list[Cli]
+) -> None:
+    procs.append(run := Cli.run("run", TARGET, "What is 2+2?", env=env))
+    assert run.finish() == 0, run
+    assert "serving clitest in this process" in run.err  # nobody else polls this queue
+    header = run.stdout[0]
+    assert header.startswith("● clitest · claude-test · tools calculator · workflow clitest-")
+    workflow_id = re.search(r"workflow (\S+)", header)[1]  # type: ignore[index]
+    assert run.stdout[1:4] == ['→ calculator {"expr":"2+2"}', "← 4", "The sum is 4."]
+    assert re.fullmatch(
+        rf"✓ success · 2 turns · \d+ in / \d+ out tokens · stop end_turn · "
+        rf"workflow {workflow_id} · run \S+",
+        run.stdout[-1],
+    ), run.stdout[-1]
+
+    procs.append(runs := Cli.run("runs", "--limit", "100", env=env))
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert runs.finish() == 0, runs
+    listed = next(line for line in runs.stdout if workflow_id in line)
+    assert "completed" in listed and "clitest · claude-test" in listed
+    assert attach.finish() == 0, attach
+    messages = json_lines(attach.out)
+    assert [m["type"] for m in messages] == ["system", "assistant", "user", "assistant", "result"]
+    assert messages[0]["agent"] == "clitest"
+    assert messages[-1]["result"] == "The sum is 4."
+
+
+def test_worker_process_serves_runs_started_elsewhere(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    procs.append(worker := Cli.run("worker", str(APP), env=env))
+    procs.append(forbidden := Cli.run("run", TARGET, "What is 2+2?", "--no-worker", env=env))
+    queue_name = worker.wait_for(r"task queue (\S+)")[1]
+    assert queue_name.startswith(env["LATTICE_TASK_QUEUE_PREFIX"])
+    worker.wait_for("ready")
+    # --no-worker: only the worker process can have run this query.
+    assert forbidden.finish() == 0, forbidden
+    assert forbidden.stdout[-1].startswith("✓ success · 2 turns")
+    assert "in this process" not in forbidden.err
+    # By default, run notices the worker polling the queue and leaves the query to it.
+    procs.append(detected := Cli.run("run", TARGET, "What is 2+2?", "--json", env=env))
+    assert detected.finish() == 0, detected
+    assert "in this process" not in detected.err
+    assert json_lines(detected.out)[-1]["result"] == "The sum is 4."
+    assert len(fake_anthropic.requests) == 4
+
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
+    assert "workers stopped" in worker.err
+
+
+def test_interrupt_command_and_ctrl_c_end_a_hanging_run(
+    env: dict[str, str], procs: list[Cli]
+) -> None:
+    procs.append(hanging := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
+    procs.append(ctrl_c := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
+    workflow_id = hanging.wait_for(r"workflow (\S+)")[1]
+    ctrl_c.wait_for(r"workflow (\S+)")
+    procs.append(attach := Cli.run("attach", workflow_id, env=env))  # a run in progress
+    attach.wait_for(f"workflow {workflow_id}")
+
+    procs.append(interrupt := Cli.run("interrupt", workflow_id, env=env))
+    ctrl_c.signal(signal.SIGINT)
+    assert interrupt.finish() == 0, interrupt
+    assert interrupt.out == f"interrupt sent to {workflow_id} (it was running)"
+    assert hanging.finish() == 0, hanging
+    assert hanging.stdout[-1].startswith("■ interrupted · 1 turn"), hanging
+    assert ctrl_c.finish() == 130, ctrl_c
+    assert ctrl_c.stdout[-1].startswith("■ interrupted · 1 turn"), ctrl_c
+    assert "interrupting" in ctrl_c.err
+    assert attach.finish() == 0, attach
+    assert attach.stdout[-1].startswith("■ interrupted · 1 turn"), attach
+
+    procs.append(again := Cli.run("interrupt", workflow_id, env=env))
+    assert again.finish() == 0, again
+    assert again.out == f"{workflow_id} is not running; nothing to interrupt"
+
+
+def test_retried_model_request_restarts_its_text(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    fake_anthropic.set_handler(
+        Script(stream_error(text("Hello wor"), after_events=5), text("Hello world, again."))
+    )
+    procs.append(run := Cli.run("run", TARGET, "Say hello", env=env))
+    assert run.finish() == 0, run
+    assert run.stdout[1:4] == [
+        "Hello wo",  # attempt 1 broke off here
+        "↻ retrying model request (attempt 2)",
+        "Hello world, again.",
+    ], run
+    assert run.stdout[4].startswith("✓ success · 1 turn ·")
+
+
+def test_renderer_never_continues_a_failed_attempt() -> None:
+    console = Console(file=io.StringIO(), width=200, soft_wrap=True)
+    renderer = Renderer(console, workflow_id="wf-1")
+
+    def delta(chunk: str, attempt: int) -> StreamEventMessage:
+        event = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": chunk}}
+        return StreamEventMessage(event=event, session_id="s", turn=1, attempt=attempt)
+
+    for message in [
+        delta("Hel", 1),
+        delta("lo th", 1),
+        delta("Hello", 2),
+        delta("stale", 1),  # late event of the failed attempt: dropped
+        delta(" world", 2),
+        AssistantMessage(
+            message=ModelMessage(role="assistant", content=[TextBlock(text="Hello world")]),
+            session_id="s",
+            turn=1,
+        ),
+        ResultMessage(subtype="success", session_id="s", num_turns=1, run_id="r-1"),
+    ]:
+        renderer.show(message)
+    assert console.file.getvalue().splitlines() == [  # type: ignore[attr-defined]
+        "Hello th",
+        "↻ retrying model request (attempt 2)",
+        "Hello world",
+        "✓ success · 1 turn · 0 in / 0 out tokens · stop - · workflow wf-1 · run r-1",
+    ]
+
+
+def test_quickstart_example_runs_without_an_api_key(env: dict[str, str], procs: list[Cli]) -> None:
+    env = {k: v for k, v in env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+    target = f"{ROOT / 'examples' / 'quickstart.py'}:agent"
+    procs.append(run := Cli.run("run", target, "What is (3 + 4) * 6?", "--json", env=env))
+    assert run.finish() == 0, run
+    assert "scripted fake model" in run.err
+    messages = json_lines(run.out)
+    call = next(m for m in messages if m["type"] == "assistant")["message"]["content"][0]
+    assert call["input"] == {"expr": "(3 + 4) * 6"}
+    assert messages[-1]["result"] == "The calculator says (3 + 4) * 6 = 42."
+
+
+# ---------------------------------------------------------------------------- dev server
+
+
+def test_dev_ensures_a_server_that_server_commands_report_and_stop(
+    tmp_path: Path, procs: list[Cli]
+) -> None:
+    home = tmp_path / "dev-home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    env.update(LATTICE_HOME=str(home), LATTICE_TEST_OUTPUT=str(tmp_path))
+    try:
+        procs.append(dev := Cli.run("dev", "--port", "0", "--headless", env=env))
+        assert dev.finish(60) == 0, dev
+        assert dev.stdout[0].startswith("Temporal dev server started (pid ")
+        server = DevServer.running(home)
+        assert server is not None and f"gRPC  {server.address}" in dev.out
+        # The synchronous server commands run in-process.
+        status = runner.invoke(app, ["server", "status"], env={"LATTICE_HOME": str(home)})
+        assert status.exit_code == 0 and server.address in status.output
+        stop = runner.invoke(app, ["server", "stop"], env={"LATTICE_HOME": str(home)})
+        assert stop.exit_code == 0 and "stopped" in stop.output
+        status = runner.invoke(app, ["server", "status"], env={"LATTICE_HOME": str(home)})
+        assert status.exit_code == 1 and "no embedded Temporal server" in status.output
+    finally:
+        if (left := DevServer.running(home)) is not None:
+            left.stop()
