@@ -122,7 +122,7 @@ class QueryRun:
             "AgentWorkflow",
             run_input,
             id=self.workflow_id,
-            task_queue=agent.task_queue,
+            task_queue=runtime.task_queue_for(agent),
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"{agent.name} · {config.model}",
             static_details=f"session {session_id}",

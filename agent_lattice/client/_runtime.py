@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +118,10 @@ class Runtime:
         self.server = server
         self._registry = AgentRegistry()
         self._workers: dict[str, tuple[Worker, asyncio.Task[None]]] = {}
+        # Inline workers serve this process's agent objects (their tools, keys and clients):
+        # their task queues are private to the process, so no other process with a
+        # look-alike definition ever takes their work, nor they its.
+        self._process_tag = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._receiver = StreamReceiver(
             stream_host or os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
         )
@@ -166,24 +172,25 @@ class Runtime:
 
     # -- workers -------------------------------------------------------------------------
 
+    def task_queue_for(self, agent: Agent) -> str:
+        """Where ``agent``'s queries go: its explicit ``task_queue``; else, served inline, a
+        queue private to this process; else its definition's queue (``lattice worker``)."""
+        if agent.config.task_queue or not self.inline_workers:
+            return agent.task_queue
+        return f"{agent.task_queue}@{self._process_tag}"
+
     async def ensure_worker(self, agent: Agent) -> None:
         """Serve ``agent`` from this process (inline agents of a script)."""
         if not self.inline_workers:
             return
         self._registry.add_session(agent)
-        # Other processes serving the same definition may take this agent's tasks and this
-        # process theirs: serve the definition too, not only this session.
-        self._registry.add(agent)
+        queue = self.task_queue_for(agent)
         async with self._lock:
-            if agent.task_queue in self._workers:
+            if queue in self._workers:
                 return
-            worker = Worker(
-                self.client,
-                task_queue=agent.task_queue,
-                plugins=[LatticePlugin(self._registry)],
-            )
-            task = asyncio.create_task(worker.run(), name=f"lattice-worker-{agent.task_queue}")
-            self._workers[agent.task_queue] = (worker, task)
+            worker = Worker(self.client, task_queue=queue, plugins=[LatticePlugin(self._registry)])
+            task = asyncio.create_task(worker.run(), name=f"lattice-worker-{queue}")
+            self._workers[queue] = (worker, task)
 
     async def stream_receiver(self) -> StreamReceiver:
         await self._receiver.start()
