@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -184,12 +186,13 @@ class Runtime:
         if not self.inline_workers:
             return
         self._registry.add_session(agent)
+        _preload_provider_sdk()
         queue = self.task_queue_for(agent)
         async with self._lock:
             if queue in self._workers:
                 return
             worker = Worker(self.client, task_queue=queue, plugins=[LatticePlugin(self._registry)])
-            task = asyncio.create_task(worker.run(), name=f"lattice-worker-{queue}")
+            task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
             self._workers[queue] = (worker, task)
 
     async def stream_receiver(self) -> StreamReceiver:
@@ -201,7 +204,7 @@ class Runtime:
         workers, self._workers = list(self._workers.values()), {}
         for worker, _task in workers:
             with contextlib.suppress(Exception):
-                await worker.shutdown()
+                await asyncio.wait_for(worker.shutdown(), WORKER_SHUTDOWN_GRACE_S * 5)
         for _worker, task in workers:
             task.cancel()
             with contextlib.suppress(BaseException):
@@ -322,6 +325,36 @@ class Runtime:
         ):
             runs.append(execution)
         return runs
+
+
+WORKER_SHUTDOWN_GRACE_S = 2.0
+
+
+class _WorkerTask(asyncio.Task):  # type: ignore[type-arg]
+    """Runs an inline worker. A plain script ends with ``asyncio.run`` cancelling every task:
+    the worker then shuts down gracefully, but Temporal Core's final step can wait forever on
+    work that the same teardown cancelled. A second cancel after a grace period ends the wait
+    (the worker treats it as shutdown done), so the script exits."""
+
+    _teardown_scheduled = False
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done() and not self._teardown_scheduled:
+            self._teardown_scheduled = True
+            self.get_loop().call_later(WORKER_SHUTDOWN_GRACE_S, asyncio.Task.cancel, self)
+        return super().cancel(msg)
+
+
+_PRELOADING: list[threading.Thread] = []
+
+
+def _preload_provider_sdk() -> None:
+    """The ``anthropic`` SDK takes seconds to import; an inline worker's first model request
+    would wait for it. Import it in the background while the query starts."""
+    if not _PRELOADING and "anthropic" not in sys.modules:
+        thread = threading.Thread(target=importlib.import_module, args=("anthropic",), daemon=True)
+        _PRELOADING.append(thread)
+        thread.start()
 
 
 def _cooldown() -> Any:
