@@ -60,7 +60,8 @@ class BareLocalActivities:
 class StreamBench:
     """Hosts a workflow stream, waits for ``go``, runs one emitting activity, then closes.
 
-    The activity (``bench.emit``, defined by the streaming benchmark) gets ``spec`` as is.
+    The activity (``bench.emit``, defined by the streaming benchmark) gets ``spec`` as is and
+    returns a dict of figures, which the workflow returns.
     """
 
     @workflow.init
@@ -73,15 +74,15 @@ class StreamBench:
         self._go = True
 
     @workflow.run
-    async def run(self, spec: dict) -> int:
+    async def run(self, spec: dict) -> dict:
         await workflow.wait_condition(lambda: self._go)
-        count = await workflow.execute_activity(
+        result = await workflow.execute_activity(
             "bench.emit",
             spec,
-            result_type=int,
+            result_type=dict,
             start_to_close_timeout=TIMEOUT,
         )
         # Let subscribers collect the last items, as AgentWorkflow does.
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return count
+        return result
