@@ -171,6 +171,11 @@ class Agent:
         Options: ``stream=False`` turns off live model streaming; ``runtime=`` picks a
         :class:`~agent_lattice.Runtime` (default: the process runtime from the environment).
         """
+        return self._begin(prompt, options).messages(on_done=self._finish)
+
+    def _begin(
+        self, prompt: str | Sequence[Mapping[str, Any]], options: Mapping[str, Any]
+    ) -> QueryRun:
         check_options("QueryOptions", options, QUERY_OPTIONS)
         if self._run is not None:
             raise ConcurrentQueryError(
@@ -181,7 +186,7 @@ class Agent:
 
         self._queries += 1
         self._run = QueryRun(self, prompt, index=self._queries, **options)
-        return self._run.messages(on_done=self._finish)
+        return self._run
 
     def _finish(self, new_messages: list[ModelMessage]) -> None:
         self._history.extend(new_messages)
@@ -190,13 +195,12 @@ class Agent:
     async def prompt(
         self, prompt: str | Sequence[Mapping[str, Any]], **options: Any
     ) -> ResultMessage:
-        """Run a query and return its final :class:`ResultMessage` (errors included)."""
-        result: ResultMessage | None = None
-        async for message in self.query(prompt, **options):
-            if isinstance(message, ResultMessage):
-                result = message
-        assert result is not None, "a query always ends with a result message"
-        return result
+        """Run a query and return its final :class:`ResultMessage` (errors included).
+
+        Nothing is streamed to the caller, so no live channel or message subscription is set
+        up: the query runs as it would under ``query()``, and only its result is fetched.
+        """
+        return await self._begin(prompt, options).result(on_done=self._finish)
 
     def interrupt(self) -> bool:
         """End the running query with ``interrupted``; False when no query is running."""

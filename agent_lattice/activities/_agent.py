@@ -159,9 +159,10 @@ async def _heartbeating() -> AsyncIterator[None]:
     interval = max(info.heartbeat_timeout.total_seconds() / 2, 0.05)
 
     async def beat() -> None:
+        # Starting counts as alive; the first beat is due one interval later.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(interval)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:

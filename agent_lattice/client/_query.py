@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
+from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
@@ -65,6 +66,64 @@ class QueryRun:
     def _send_interrupt(self) -> None:
         self._signals.append(asyncio.ensure_future(self._handle.signal("interrupt")))
 
+    async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
+        agent, config = self.agent, self.agent.config
+        run_input = AgentRunInput(
+            agent=AgentRef(
+                key=agent.key,
+                name=agent.name,
+                model=config.model,
+                max_turns=config.max_turns,
+                tools=[t.name for t in config.tools],
+                cheap_tools=[t.name for t in config.tools if t.cheap],
+            ),
+            session_id=agent.session_id,
+            prompt=self.prompt,
+            history=agent.history,
+            stream=self.stream,
+            stream_to=stream_to,
+            stream_channel=channel,
+            settings=runtime.settings,
+        )
+        self._handle = await runtime.client.start_workflow(
+            "AgentWorkflow",
+            run_input,
+            id=self.workflow_id,
+            task_queue=runtime.task_queue_for(agent),
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            static_summary=f"{agent.name} · {config.model}",
+            static_details=f"session {agent.session_id}",
+            result_type=AgentRunOutput,
+        )
+        if self._interrupt_requested:
+            self._send_interrupt()
+
+    async def result(self, on_done: Callable[[list[ModelMessage]], None]) -> ResultMessage:
+        """Run to the end without following the messages (what ``prompt()`` needs): no
+        subscription and no live channel, just the workflow's result."""
+        new_messages: list[ModelMessage] = []
+        try:
+            runtime = self._runtime or self.agent._runtime or await get_default_runtime()
+            await runtime.ensure_worker(self.agent)
+            await self._start(runtime, None, None)
+            try:
+                output: AgentRunOutput = await self._handle.result()
+            except asyncio.CancelledError:
+                # The caller gave up: end the run and keep the turns it completed.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._abandon(new_messages))
+                raise
+            except WorkflowFailureError:
+                return await runtime.outcome(self.workflow_id)
+            new_messages.extend(output.new_messages)
+            return output.result
+        finally:
+            self._done = True
+            on_done(new_messages)
+            for task in self._signals:
+                with contextlib.suppress(Exception):
+                    await task
+
     async def messages(
         self, on_done: Callable[[list[ModelMessage]], None]
     ) -> AsyncIterator[SDKMessage]:
@@ -100,36 +159,7 @@ class QueryRun:
                 await queue.put(item.get("after", 0))
 
             channel = receiver.open(deliver)
-        config = agent.config
-        run_input = AgentRunInput(
-            agent=AgentRef(
-                key=agent.key,
-                name=agent.name,
-                model=config.model,
-                max_turns=config.max_turns,
-                tools=[t.name for t in config.tools],
-                cheap_tools=[t.name for t in config.tools if t.cheap],
-            ),
-            session_id=session_id,
-            prompt=self.prompt,
-            history=agent.history,
-            stream=self.stream,
-            stream_to=receiver.address if receiver else None,
-            stream_channel=channel,
-            settings=runtime.settings,
-        )
-        self._handle = await runtime.client.start_workflow(
-            "AgentWorkflow",
-            run_input,
-            id=self.workflow_id,
-            task_queue=runtime.task_queue_for(agent),
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            static_summary=f"{agent.name} · {config.model}",
-            static_details=f"session {session_id}",
-            result_type=AgentRunOutput,
-        )
-        if self._interrupt_requested:
-            self._send_interrupt()
+        await self._start(runtime, receiver.address if receiver else None, channel)
 
         async def pump_durable() -> None:
             try:

@@ -93,7 +93,9 @@ def _temporal_runtime() -> TemporalRuntime:
     return _TEMPORAL_RUNTIME
 
 
-POLL_COOLDOWN_S = 0.02
+# Between polls of a run's durable messages: each poll is a workflow update (a workflow task
+# and history events); 50 ms keeps the run's own pace while messages stay prompt.
+POLL_COOLDOWN_S = 0.05
 
 
 class Runtime:
