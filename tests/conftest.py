@@ -33,6 +33,7 @@ def make_agent(fake_anthropic: FakeAnthropicServer, lattice_runtime):
         options.setdefault("model", "claude-test")
         return create_agent(api_key=API_KEY, base_url=fake_anthropic.base_url, **options)
 
+    factory.runtime = lattice_runtime
     return factory
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from agent_lattice import ResultMessage, StreamEventMessage, ToolResult, tool
@@ -66,3 +67,21 @@ async def test_interrupt_during_tool_batch_lands_after_the_batch(make_agent, fak
     history = await agent.get_history()
     assert [m.role for m in history] == ["user", "assistant", "user"]
     assert history[-1].content[0].content == "slow result"
+
+
+async def test_leaving_the_loop_early_ends_the_run_and_frees_the_agent(make_agent, fake_anthropic):
+    fake_anthropic.set_handler(
+        Script(slow(text(" ".join(["long"] * 200)), delay=0.05), text("short answer"))
+    )
+    agent = make_agent()
+
+    async with contextlib.aclosing(agent.query("Write at length")) as messages:
+        async for m in messages:
+            if isinstance(m, StreamEventMessage):
+                break  # the caller stops reading; aclosing waits for the clean-up
+    workflow_id = f"{agent.name}-{agent.session_id}-1"
+    outcome = await make_agent.runtime.outcome(workflow_id)
+
+    assert outcome.subtype == "interrupted"
+    assert (await agent.prompt("Shorter, please.")).result == "short answer"
+    assert [m.role for m in await agent.get_history()] == ["user", "user", "assistant"]

@@ -130,8 +130,11 @@ class QueryRun:
         new_messages: list[ModelMessage] = []
         try:
             runtime = self._runtime or self.agent._runtime or await get_default_runtime()
-            async for message in self._run(runtime, new_messages):
-                yield message
+            # aclosing: when the caller stops early, the inner run must finish its clean-up
+            # (ending the workflow, collecting completed turns) before on_done sees them.
+            async with contextlib.aclosing(self._run(runtime, new_messages)) as run:
+                async for message in run:
+                    yield message
         finally:
             self._done = True
             on_done(new_messages)
