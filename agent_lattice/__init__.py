@@ -33,7 +33,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
-from ._tools import ToolContext, ToolDefinition, ToolResult, tool
+from ._tools import PermissionRequest, ToolContext, ToolDefinition, ToolResult, tool
 from .client import DevServer, Runtime, get_default_runtime, set_default_runtime
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import LatticePlugin, create_worker
@@ -61,6 +61,7 @@ __all__ = [
     "ModelMessage",
     "ModelRequest",
     "OptionError",
+    "PermissionRequest",
     "ProviderError",
     "RedactedThinkingBlock",
     "ResultMessage",

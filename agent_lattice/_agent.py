@@ -45,9 +45,49 @@ AGENT_OPTIONS = frozenset(
         "max_turns",
         "model_client",
         "task_queue",
+        "output_format",
+        "thinking_config",
+        "reasoning_effort",
+        "permission",
     }
 )
-QUERY_OPTIONS = frozenset({"stream", "runtime"})
+QUERY_OPTIONS = frozenset(
+    {"stream", "runtime", "output_format", "thinking_config", "reasoning_effort", "context"}
+)
+REASONING_EFFORTS = ("low", "high", "max")
+
+
+def check_request_options(kind: str, options: Mapping[str, Any]) -> None:
+    """Validate output_format / thinking_config / reasoning_effort where they are given."""
+    fmt = options.get("output_format")
+    if fmt is not None and fmt != "json":
+        schema = fmt.get("schema") if isinstance(fmt, Mapping) else None
+        if not (
+            isinstance(fmt, Mapping)
+            and fmt.get("type") == "json_schema"
+            and isinstance(schema, Mapping)
+        ):
+            raise OptionError(
+                f'{kind}: output_format must be "json" or {{"type": "json_schema", "schema": {{...}}}}; got {fmt!r}'
+            )
+    thinking = options.get("thinking_config")
+    if thinking is not None:
+        kind_ = thinking.get("type") if isinstance(thinking, Mapping) else None
+        budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+        if kind_ not in ("adaptive", "enabled", "disabled") or (
+            kind_ == "enabled"
+            and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1)
+        ):
+            raise OptionError(
+                f'{kind}: thinking_config must be {{"type": "adaptive"}}, {{"type": "disabled"}} or '
+                f'{{"type": "enabled", "budget_tokens": <positive int>}}; got {thinking!r}'
+            )
+    effort = options.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise OptionError(
+            f"{kind}: reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r}"
+        )
+
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -66,6 +106,10 @@ class AgentConfig:
     base_url: str | None = None
     model_client: ModelClient | None = None
     task_queue: str | None = None
+    output_format: Any = None
+    thinking_config: Mapping[str, Any] | None = None
+    reasoning_effort: str | None = None
+    permission: Any = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -94,6 +138,10 @@ class AgentConfig:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 raise OptionError(f"AgentOptions: {key} must be a positive integer; got {value!r}")
+        check_request_options("AgentOptions", options)
+        permission = options.get("permission")
+        if permission is not None and not callable(permission):
+            raise OptionError("AgentOptions: permission must be a callable (request) -> decision")
         client = options.get("model_client")
         if client is not None and not isinstance(client, ModelClient):
             raise OptionError("AgentOptions: model_client must implement ModelClient.create()")
@@ -108,6 +156,10 @@ class AgentConfig:
             base_url=options.get("base_url"),
             model_client=client,
             task_queue=options.get("task_queue"),
+            output_format=options.get("output_format"),
+            thinking_config=options.get("thinking_config"),
+            reasoning_effort=options.get("reasoning_effort"),
+            permission=permission,
         )
 
     def fingerprint(self) -> str:

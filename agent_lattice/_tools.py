@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from ._errors import OptionError
 from ._options import check_options
 
-__all__ = ["ToolContext", "ToolDefinition", "ToolResult", "ToolSpec", "tool"]
+__all__ = ["PermissionRequest", "ToolContext", "ToolDefinition", "ToolResult", "ToolSpec", "tool"]
 
 TInput = TypeVar("TInput")
 
@@ -42,6 +42,18 @@ class ToolContext:
     agent_name: str | None = None
     context: Any = None
     run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PermissionRequest:
+    """What a ``permission`` callback decides on: return ``{"behavior": "allow"}`` or
+    ``{"behavior": "deny", "message": "..."}`` (sync or async)."""
+
+    tool_name: str
+    input: Any
+    tool_use_id: str
+    session_id: str
+    context: Any = None
 
 
 class ToolSpec(BaseModel):

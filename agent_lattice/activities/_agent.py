@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._messages import ModelMessage, ToolResultBlock
 from .._streaming import StreamSender
-from .._tools import ToolContext
+from .._tools import PermissionRequest, ToolContext, ToolResult
 from ..providers import ModelRequest, ProviderError
 from ..workflows._types import ModelCallInput, ModelCallOutput, ToolCallInput, ToolCallOutput
 
@@ -50,6 +51,9 @@ class AgentActivities:
             tools=[t.spec() for t in config.tools],
             max_tokens=config.max_tokens,
             stream=input.stream,
+            thinking=_thinking(input.request.thinking, config.max_tokens),
+            reasoning_effort=input.request.reasoning_effort,
+            output_format=_output_format(input.request.output_format),
         )
         attempt = activity.info().attempt
         async with _heartbeating(), _quiet_when_abandoned():
@@ -86,7 +90,8 @@ class AgentActivities:
             run_id=input.run_id,
         )
         async with _heartbeating():
-            result = await definition.invoke(use.input, ctx)
+            denial = await _permission_denial(agent, use.name, use.input, ctx)
+            result = denial or await definition.invoke(use.input, ctx)
         return ToolCallOutput(
             block=ToolResultBlock(
                 tool_use_id=use.id, content=result.content, is_error=result.is_error
@@ -94,6 +99,23 @@ class AgentActivities:
             end_turn=result.end_turn,
             structured_result=result.structured_result if result.end_turn else None,
         )
+
+
+def _thinking(thinking: dict[str, object] | None, max_tokens: int) -> dict[str, object] | None:
+    """A fixed budget is capped at ``max_tokens - 1`` (the API requires budget < max_tokens)."""
+    if thinking and thinking.get("type") == "enabled":
+        budget = int(thinking.get("budget_tokens", 1))  # type: ignore[call-overload]
+        return {**thinking, "budget_tokens": min(budget, max_tokens - 1)}
+    return thinking
+
+
+def _output_format(fmt: object) -> dict[str, object] | None:
+    """``"json"`` asks for any JSON object; a json_schema format is sent as given."""
+    if fmt is None:
+        return None
+    if fmt == "json":
+        return {"type": "json_schema", "schema": {"type": "object"}}
+    return dict(fmt)  # type: ignore[call-overload]
 
 
 def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
@@ -110,6 +132,39 @@ def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
         except Exception:  # invalid input or a failing predicate: run it alone
             continue
     return safe
+
+
+async def _permission_denial(
+    agent: Agent, tool_name: str, tool_input: object, ctx: ToolContext
+) -> ToolResult | None:
+    """Ask the host's permission callback; a denial becomes an error result for the model."""
+    permission = agent.config.permission
+    if permission is None:
+        return None
+    decision = permission(
+        PermissionRequest(
+            tool_name=tool_name,
+            input=tool_input,
+            tool_use_id=ctx.tool_use_id,
+            session_id=ctx.session_id,
+            context=ctx.context,
+        )
+    )
+    if inspect.isawaitable(decision):
+        decision = await decision
+    behavior = (
+        decision.get("behavior")
+        if isinstance(decision, dict)
+        else getattr(decision, "behavior", None)
+    )
+    if behavior == "allow":
+        return None
+    message = (
+        decision.get("message")
+        if isinstance(decision, dict)
+        else getattr(decision, "message", None)
+    ) or (f"Permission to use {tool_name!r} was denied.")
+    return ToolResult(content=message, is_error=True)
 
 
 async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> ModelMessage:

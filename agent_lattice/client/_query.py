@@ -12,7 +12,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
-from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput
+from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput, RequestOptions
 from ._runtime import Runtime, get_default_runtime
 
 if TYPE_CHECKING:
@@ -41,8 +41,20 @@ class QueryRun:
         index: int,
         stream: bool = True,
         runtime: Runtime | None = None,
+        output_format: Any = None,
+        thinking_config: Mapping[str, Any] | None = None,
+        reasoning_effort: str | None = None,
+        context: Any = None,
     ) -> None:
         self.agent = agent
+        config = agent.config
+        thinking = thinking_config if thinking_config is not None else config.thinking_config
+        self.request = RequestOptions(
+            output_format=output_format if output_format is not None else config.output_format,
+            thinking=dict(thinking) if thinking is not None else None,
+            reasoning_effort=reasoning_effort or config.reasoning_effort,
+        )
+        self.context = context
         self.prompt: str | list[ContentBlock] = (
             prompt if isinstance(prompt, str) else _BLOCKS.validate_python(list(prompt))
         )
@@ -84,6 +96,8 @@ class QueryRun:
             stream_to=stream_to,
             stream_channel=channel,
             settings=runtime.settings,
+            request=self.request,
+            context=self.context,
         )
         self._handle = await runtime.client.start_workflow(
             "AgentWorkflow",

@@ -84,7 +84,7 @@ class AnthropicModelClient:
         if request.reasoning_effort is not None:
             extra["reasoning_effort"] = request.reasoning_effort
         if request.output_format is not None:
-            extra["output_format"] = request.output_format
+            params["output_config"] = {"format": request.output_format}
         if extra:
             params["extra_body"] = extra
         if request.timeout_ms is not None:

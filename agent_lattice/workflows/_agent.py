@@ -144,6 +144,7 @@ class AgentWorkflow:
                     stream_to=input.stream_to,
                     stream_channel=input.stream_channel,
                     after=self._published,
+                    request=input.request,
                 ),
                 result_type=ModelCallOutput,
                 start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
@@ -193,6 +194,7 @@ class AgentWorkflow:
             session_id=input.session_id,
             tool_use=use,
             run_id=workflow.info().run_id,
+            context=input.context,
         )
         name = call.tool_use.name
         try:

@@ -19,6 +19,7 @@ __all__ = [
     "AgentRunOutput",
     "ModelCallInput",
     "ModelCallOutput",
+    "RequestOptions",
     "ToolCallInput",
     "ToolCallOutput",
 ]
@@ -47,6 +48,14 @@ class ActivitySettings(BaseModel):
     retry_max_interval_s: float = 60.0
 
 
+class RequestOptions(BaseModel):
+    """Per-query model parameters (query values over agent defaults), no secrets."""
+
+    output_format: Any = None
+    thinking: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+
+
 class AgentRunInput(BaseModel):
     agent: AgentRef
     session_id: str
@@ -56,6 +65,8 @@ class AgentRunInput(BaseModel):
     stream_to: str | None = None
     stream_channel: str | None = None
     settings: ActivitySettings = Field(default_factory=ActivitySettings)
+    request: RequestOptions = Field(default_factory=RequestOptions)
+    context: Any = None
 
 
 class AgentRunOutput(BaseModel):
@@ -72,6 +83,7 @@ class ModelCallInput(BaseModel):
     stream_to: str | None = None
     stream_channel: str | None = None
     after: int = 0
+    request: RequestOptions = Field(default_factory=RequestOptions)
 
 
 class ModelCallOutput(BaseModel):
