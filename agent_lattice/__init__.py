@@ -5,6 +5,7 @@ activities, so a conversation survives a crashed process, worker or server.
 """
 
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
+from ._batches import BatchPolicyRequest, ToolCallInfo
 from ._errors import (
     AbortError,
     AgentRunError,
@@ -13,6 +14,7 @@ from ._errors import (
     ConfigurationError,
     LatticeError,
     MaxTurnsError,
+    MissingOutputError,
     OptionError,
     TimeoutError,
 )
@@ -33,7 +35,14 @@ from ._messages import (
     Usage,
     UserMessage,
 )
-from ._tools import PermissionRequest, ToolContext, ToolDefinition, ToolResult, tool
+from ._tools import (
+    SUBMIT_OUTPUT_TOOL_NAME,
+    PermissionRequest,
+    ToolContext,
+    ToolDefinition,
+    ToolResult,
+    tool,
+)
 from .client import DevServer, Runtime, get_default_runtime, set_default_runtime
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import LatticePlugin, create_worker
@@ -41,6 +50,7 @@ from .worker import LatticePlugin, create_worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "SUBMIT_OUTPUT_TOOL_NAME",
     "APIError",
     "AbortError",
     "Agent",
@@ -49,6 +59,7 @@ __all__ = [
     "AgentSpec",
     "AnthropicModelClient",
     "AssistantMessage",
+    "BatchPolicyRequest",
     "ConcurrentQueryError",
     "ConfigurationError",
     "ContentBlock",
@@ -57,6 +68,7 @@ __all__ = [
     "LatticeError",
     "LatticePlugin",
     "MaxTurnsError",
+    "MissingOutputError",
     "ModelClient",
     "ModelMessage",
     "ModelRequest",
@@ -72,6 +84,7 @@ __all__ = [
     "TextBlock",
     "ThinkingBlock",
     "TimeoutError",
+    "ToolCallInfo",
     "ToolContext",
     "ToolDefinition",
     "ToolResult",

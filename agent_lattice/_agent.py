@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ._batches import ToolConcurrency, batch_policy_validator
 from ._errors import ConcurrentQueryError, OptionError
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
-from ._tools import ToolDefinition
+from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, submit_output_tool
 from .providers import AnthropicModelClient, ModelClient
 
 if TYPE_CHECKING:
@@ -49,6 +50,9 @@ AGENT_OPTIONS = frozenset(
         "thinking_config",
         "reasoning_effort",
         "permission",
+        "output_schema",
+        "tool_concurrency",
+        "tool_batch_policy",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -110,6 +114,9 @@ class AgentConfig:
     thinking_config: Mapping[str, Any] | None = None
     reasoning_effort: str | None = None
     permission: Any = None
+    output_schema: Any = None
+    tool_concurrency: ToolConcurrency = field(default_factory=lambda: ToolConcurrency())
+    tool_batch_policy: Any = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -139,6 +146,21 @@ class AgentConfig:
             ):
                 raise OptionError(f"AgentOptions: {key} must be a positive integer; got {value!r}")
         check_request_options("AgentOptions", options)
+        output_schema = options.get("output_schema")
+        if output_schema is not None:
+            if SUBMIT_OUTPUT_TOOL_NAME in seen:
+                raise OptionError(
+                    f'AgentOptions: the tool name "{SUBMIT_OUTPUT_TOOL_NAME}" is reserved while '
+                    "output_schema is set; rename your tool"
+                )
+            tools = (*tools, submit_output_tool(output_schema))
+        concurrency = ToolConcurrency.from_option(options.get("tool_concurrency"))
+        policy = options.get("tool_batch_policy")
+        if policy is not None and batch_policy_validator(policy) is None:
+            raise OptionError(
+                "AgentOptions: tool_batch_policy must have a validate(request) method "
+                '(or be a mapping with a "validate" callable)'
+            )
         permission = options.get("permission")
         if permission is not None and not callable(permission):
             raise OptionError("AgentOptions: permission must be a callable (request) -> decision")
@@ -160,6 +182,9 @@ class AgentConfig:
             thinking_config=options.get("thinking_config"),
             reasoning_effort=options.get("reasoning_effort"),
             permission=permission,
+            output_schema=output_schema,
+            tool_concurrency=concurrency,
+            tool_batch_policy=policy,
         )
 
     def fingerprint(self) -> str:

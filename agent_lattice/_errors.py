@@ -10,6 +10,7 @@ Every error the library raises derives from :class:`LatticeError`::
     └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
         ├── APIError           the model provider answered with an error
         ├── MaxTurnsError      ``max_turns`` model requests were made without a final answer
+        ├── MissingOutputError the run ended without submitting its ``output_schema`` result
         ├── TimeoutError       a request or query deadline passed (``error_timeout``)
         └── AbortError         the query was cancelled (``error_abort``)
 
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigurationError",
     "LatticeError",
     "MaxTurnsError",
+    "MissingOutputError",
     "OptionError",
     "TimeoutError",
 ]
@@ -70,6 +72,13 @@ class MaxTurnsError(AgentRunError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, subtype="error_max_turns")
+
+
+class MissingOutputError(AgentRunError):
+    """The model ended its turn without calling ``submit_output`` (``error_missing_output``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, subtype="error_missing_output")
 
 
 class TimeoutError(AgentRunError):

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from ._messages import ModelMessage, ToolResultBlock, ToolUseBlock
+from typing import Any
 
-__all__ = ["TRUNCATED_TOOL_CALL", "truncated_results", "unknown_tool_result"]
+from ._batches import BatchDecision, rejection_content
+from ._messages import ModelMessage, ToolResultBlock, ToolUseBlock
+from ._tools import SUBMIT_OUTPUT_TOOL_NAME
+
+__all__ = [
+    "TRUNCATED_TOOL_CALL",
+    "batch_rejection",
+    "rejected_results",
+    "truncated_results",
+    "unknown_tool_result",
+]
 
 TRUNCATED_TOOL_CALL = (
     "Your previous response was cut off at max_tokens, so this tool call was not executed: "
@@ -27,3 +37,32 @@ def unknown_tool_result(use: ToolUseBlock, known: list[str]) -> ToolResultBlock:
         content=f"Unknown tool {use.name!r}. Available tools: {available}.",
         is_error=True,
     )
+
+
+def batch_rejection(
+    message: ModelMessage, policy_rejection: dict[str, Any] | None, requires_output: bool
+) -> BatchDecision | None:
+    """Why a whole batch must not run: ``submit_output`` not alone in its batch, or the
+    host's batch policy said no."""
+    uses = message.tool_uses
+    submissions = [u.id for u in uses if u.name == SUBMIT_OUTPUT_TOOL_NAME]
+    if requires_output and submissions and len(uses) > 1:
+        return BatchDecision(
+            code="submit_output_exclusive_batch",
+            message=f"{SUBMIT_OUTPUT_TOOL_NAME} must be the only tool call in its response.",
+            conflicting_tool_call_ids=[u.id for u in uses],
+            suggested_next_step=(
+                f"Finish the other calls first, then call {SUBMIT_OUTPUT_TOOL_NAME} once, alone."
+            ),
+        )
+    if policy_rejection is not None:
+        return BatchDecision(**policy_rejection)
+    return None
+
+
+def rejected_results(message: ModelMessage, decision: BatchDecision) -> list[ToolResultBlock]:
+    content = rejection_content(decision)
+    return [
+        ToolResultBlock(tool_use_id=use.id, content=content, is_error=True)
+        for use in message.tool_uses
+    ]

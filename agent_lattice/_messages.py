@@ -243,6 +243,7 @@ class ResultMessage(BaseModel):
             raise _errors.APIError(info.message, status_code=info.status_code)
         by_subtype: dict[str, type[_errors.AgentRunError]] = {
             "error_max_turns": _errors.MaxTurnsError,
+            "error_missing_output": _errors.MissingOutputError,
             "error_timeout": _errors.TimeoutError,
             "error_abort": _errors.AbortError,
         }

@@ -12,7 +12,15 @@ from pydantic import BaseModel, ValidationError
 from ._errors import OptionError
 from ._options import check_options
 
-__all__ = ["PermissionRequest", "ToolContext", "ToolDefinition", "ToolResult", "ToolSpec", "tool"]
+__all__ = [
+    "SUBMIT_OUTPUT_TOOL_NAME",
+    "PermissionRequest",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolResult",
+    "ToolSpec",
+    "tool",
+]
 
 TInput = TypeVar("TInput")
 
@@ -211,4 +219,29 @@ def tool(
         is_concurrency_safe=concurrency,
         metadata=opts.get("metadata"),
         cheap=bool(opts.get("cheap", False)),
+    )
+
+
+SUBMIT_OUTPUT_TOOL_NAME = "submit_output"
+
+
+def submit_output_tool(output_schema: Any) -> ToolDefinition[Any]:
+    """The injected tool through which a run with ``output_schema`` delivers its result."""
+    json_schema, validator = schema_of(output_schema, where="output_schema")
+
+    def submit(payload: Any) -> ToolResult:
+        value = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        return ToolResult(
+            content="Structured output submitted.", end_turn=True, structured_result=value
+        )
+
+    return ToolDefinition(
+        name=SUBMIT_OUTPUT_TOOL_NAME,
+        description=(
+            "Submit your final answer as structured output matching the input schema. Call it "
+            "once, alone in its response, when the task is complete; the run ends with it."
+        ),
+        input_schema=json_schema,
+        handler=submit,
+        validator=validator,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
 from .._messages import ModelMessage, ToolResultBlock
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
@@ -47,7 +49,7 @@ class AgentActivities:
         request = ModelRequest(
             model=config.model,
             messages=input.messages,
-            system=config.system_prompt,
+            system=_system_prompt(agent),
             tools=[t.spec() for t in config.tools],
             max_tokens=config.max_tokens,
             stream=input.stream,
@@ -68,7 +70,18 @@ class AgentActivities:
                     message = await _call_model(agent, request, sender.send)
             else:
                 message = await _call_model(agent, request, None)
-        return ModelCallOutput(message=message, concurrency_safe=_concurrency_safe(agent, message))
+        rejection = None
+        if message.tool_uses and config.tool_batch_policy is not None:
+            calls = [ToolCallInfo(id=u.id, name=u.name, input=u.input) for u in message.tool_uses]
+            decision = await evaluate_batch_policy(
+                config.tool_batch_policy, BatchPolicyRequest(calls)
+            )
+            rejection = dataclasses.asdict(decision) if decision is not None else None
+        return ModelCallOutput(
+            message=message,
+            concurrency_safe=_concurrency_safe(agent, message),
+            batch_rejection=rejection,
+        )
 
     @activity.defn(name="lattice.tool_call")
     async def tool_call(self, input: ToolCallInput) -> ToolCallOutput:
@@ -118,9 +131,29 @@ def _output_format(fmt: object) -> dict[str, object] | None:
     return dict(fmt)  # type: ignore[call-overload]
 
 
+def _system_prompt(agent: Agent) -> str | None:
+    """The agent's system prompt, told to batch independent calls when they can overlap."""
+    config = agent.config
+    mode = config.tool_concurrency.mode
+    overlapping = mode == "all" or (
+        mode == "safe" and any(t.is_concurrency_safe is not None for t in config.tools)
+    )
+    if not (overlapping and config.tools):
+        return config.system_prompt
+    return (
+        f"{config.system_prompt}\n\n{CONCURRENCY_HINT}"
+        if config.system_prompt
+        else CONCURRENCY_HINT
+    )
+
+
 def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
-    """Ids of the tool calls whose tool says this input may run beside others (host code,
+    """Ids of the tool calls that may run beside others: all of them in mode "all", none in
+    "sequential", and in "safe" those whose tool says so for this input (host code,
     evaluated here so the workflow can plan the batch without another round trip)."""
+    mode = agent.config.tool_concurrency.mode
+    if mode != "safe":
+        return [u.id for u in message.tool_uses] if mode == "all" else []
     safe = []
     for use in message.tool_uses:
         definition = agent.tool(use.name)

@@ -88,6 +88,8 @@ class QueryRun:
                 max_turns=config.max_turns,
                 tools=[t.name for t in config.tools],
                 cheap_tools=[t.name for t in config.tools if t.cheap],
+                requires_output=config.output_schema is not None,
+                max_concurrency=config.tool_concurrency.max_concurrency,
             ),
             session_id=agent.session_id,
             prompt=self.prompt,

@@ -16,7 +16,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from .._loop import truncated_results, unknown_tool_result
+    from .._loop import batch_rejection, rejected_results, truncated_results, unknown_tool_result
     from .._messages import (
         AssistantMessage,
         ErrorInfo,
@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
         UserMessage,
     )
+    from .._tools import SUBMIT_OUTPUT_TOOL_NAME
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
@@ -39,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 MESSAGES_TOPIC = "messages"
-MAX_TOOL_CONCURRENCY = 10
 MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
 
@@ -115,9 +115,20 @@ class AgentWorkflow:
             self._stop_reason = reply.stop_reason
             uses = reply.tool_uses
             if not uses:
+                if agent.requires_output:
+                    return await self._finish(
+                        "error_missing_output",
+                        error=ErrorInfo(
+                            type="MissingOutputError",
+                            message=f"the run ended without calling {SUBMIT_OUTPUT_TOOL_NAME}",
+                        ),
+                    )
                 return await self._finish("success", result=reply.text)
+            rejection = batch_rejection(reply, output.batch_rejection, agent.requires_output)
             if reply.stop_reason == "max_tokens":
                 outcomes = [ToolCallOutput(block=b) for b in truncated_results(reply)]
+            elif rejection is not None:
+                outcomes = [ToolCallOutput(block=b) for b in rejected_results(reply, rejection)]
             else:
                 outcomes = await self._run_tools(reply, set(output.concurrency_safe))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
@@ -168,7 +179,7 @@ class AgentWorkflow:
         results keep the tool_use order, and one failure does not discard the others."""
         known = self._input.agent.tools
         outcomes: dict[str, ToolCallOutput] = {}
-        limit = asyncio.Semaphore(MAX_TOOL_CONCURRENCY)
+        limit = asyncio.Semaphore(self._input.agent.max_concurrency)
 
         async def bounded(use: ToolUseBlock) -> None:
             async with limit:

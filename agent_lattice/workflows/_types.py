@@ -34,6 +34,8 @@ class AgentRef(BaseModel):
     max_turns: int
     tools: list[str] = Field(default_factory=list)
     cheap_tools: list[str] = Field(default_factory=list)
+    requires_output: bool = False
+    max_concurrency: int = 10
 
 
 class ActivitySettings(BaseModel):
@@ -88,8 +90,10 @@ class ModelCallInput(BaseModel):
 
 class ModelCallOutput(BaseModel):
     message: ModelMessage
-    # tool_use ids whose tool declared this input safe to run beside others
+    # tool_use ids that may run beside others (the agent's concurrency mode applied)
     concurrency_safe: list[str] = Field(default_factory=list)
+    # set when the host's batch policy rejected the batch: no call may run
+    batch_rejection: dict[str, Any] | None = None
 
 
 class ToolCallInput(BaseModel):
