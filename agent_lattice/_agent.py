@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._errors import ConcurrentQueryError, OptionError
+from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, submit_output_tool
@@ -53,6 +54,7 @@ AGENT_OPTIONS = frozenset(
         "output_schema",
         "tool_concurrency",
         "tool_batch_policy",
+        "hooks",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -117,6 +119,7 @@ class AgentConfig:
     output_schema: Any = None
     tool_concurrency: ToolConcurrency = field(default_factory=lambda: ToolConcurrency())
     tool_batch_policy: Any = None
+    hooks: AgentHooks | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -185,6 +188,7 @@ class AgentConfig:
             output_schema=output_schema,
             tool_concurrency=concurrency,
             tool_batch_policy=policy,
+            hooks=AgentHooks.coerce(options.get("hooks")),
         )
 
     def fingerprint(self) -> str:

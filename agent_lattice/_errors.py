@@ -6,6 +6,7 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── OptionError            a developer mistake found at assembly time (unknown option, bad value)
     ├── ConcurrentQueryError   a second query() on an Agent that is still running one
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
+    ├── HookError              a hook raised: the query stops and query()/prompt() raise it
     ├── ProviderError          a model client's classified failure (retryable or not), in workers
     └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
         ├── APIError           the model provider answered with an error
@@ -27,6 +28,7 @@ __all__ = [
     "AgentRunError",
     "ConcurrentQueryError",
     "ConfigurationError",
+    "HookError",
     "LatticeError",
     "MaxTurnsError",
     "MissingOutputError",
@@ -49,6 +51,11 @@ class ConcurrentQueryError(LatticeError):
 
 class ConfigurationError(LatticeError):
     """The runtime could not be configured (Temporal unreachable, binary missing, ...)."""
+
+
+class HookError(LatticeError):
+    """A hook raised. Hooks guard what the model sees (redaction...), so their failure is
+    never turned into an error result: it propagates out of ``query()``."""
 
 
 class AgentRunError(LatticeError):

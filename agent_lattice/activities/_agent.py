@@ -6,23 +6,33 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
+from .._hooks import ModelRequestContext, ToolResultContext
 from .._messages import ModelMessage, ToolResultBlock
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
 from ..providers import ModelRequest, ProviderError
-from ..workflows._types import ModelCallInput, ModelCallOutput, ToolCallInput, ToolCallOutput
+from ..workflows._types import (
+    ModelCallInput,
+    ModelCallOutput,
+    ToolCallInput,
+    ToolCallOutput,
+    ToolResultsHookInput,
+)
 
 if TYPE_CHECKING:
     from .._agent import Agent
     from ..worker._registry import AgentRegistry
+
+
+T = TypeVar("T")
 
 
 class AgentActivities:
@@ -46,10 +56,17 @@ class AgentActivities:
     async def model_request(self, input: ModelCallInput) -> ModelCallOutput:
         agent = self._agent(input.agent_key, input.session_id)
         config = agent.config
+        shaped = ModelRequestContext(
+            messages=[m.model_copy(deep=True) for m in input.messages],
+            system_prompt=_system_prompt(agent),
+            turn=input.turn,
+        )
+        if config.hooks is not None:
+            shaped = await _hook(config.hooks.model_request(shaped))
         request = ModelRequest(
             model=config.model,
-            messages=input.messages,
-            system=_system_prompt(agent),
+            messages=shaped.messages,
+            system=shaped.system_prompt,
             tools=[t.spec() for t in config.tools],
             max_tokens=config.max_tokens,
             stream=input.stream,
@@ -105,13 +122,44 @@ class AgentActivities:
         async with _heartbeating():
             denial = await _permission_denial(agent, use.name, use.input, ctx)
             result = denial or await definition.invoke(use.input, ctx)
-        return ToolCallOutput(
-            block=ToolResultBlock(
+            block = ToolResultBlock(
                 tool_use_id=use.id, content=result.content, is_error=result.is_error
-            ),
+            )
+            hooks = agent.config.hooks
+            if hooks is not None:
+                error = _text(result.content) if result.is_error else None
+                block = await _hook(
+                    hooks.tool_result(
+                        ToolResultContext(
+                            tool_name=use.name,
+                            tool_use_id=use.id,
+                            input=use.input,
+                            result=block,
+                            error=error,
+                        )
+                    )
+                )
+        return ToolCallOutput(
+            block=block,
             end_turn=result.end_turn,
             structured_result=result.structured_result if result.end_turn else None,
         )
+
+    @activity.defn(name="lattice.tool_result_hooks")
+    async def tool_result_hooks(self, input: ToolResultsHookInput) -> list[ToolResultBlock]:
+        """``on_tool_result`` for results the workflow made itself (runs as a local activity)."""
+        agent = self._agent(input.agent_key, input.session_id)
+        hooks = agent.config.hooks
+        if hooks is None:
+            return input.results
+        shaped = []
+        for use, block in zip(input.calls, input.results, strict=True):
+            error = _text(block.content) if block.is_error else None
+            context = ToolResultContext(
+                tool_name=use.name, tool_use_id=use.id, input=use.input, result=block, error=error
+            )
+            shaped.append(await _hook(hooks.tool_result(context)))
+        return shaped
 
 
 def _thinking(thinking: dict[str, object] | None, max_tokens: int) -> dict[str, object] | None:
@@ -129,6 +177,22 @@ def _output_format(fmt: object) -> dict[str, object] | None:
     if fmt == "json":
         return {"type": "json_schema", "schema": {"type": "object"}}
     return dict(fmt)  # type: ignore[call-overload]
+
+
+async def _hook(call: Awaitable[T]) -> T:
+    """Run a hook; its failure stops the query (non-retryable), it never becomes a result."""
+    try:
+        return await call
+    except Exception as err:
+        raise ApplicationError(
+            f"hook failed: {type(err).__name__}: {err}", type="HookError", non_retryable=True
+        ) from err
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))  # type: ignore[union-attr]
 
 
 def _system_prompt(agent: Agent) -> str | None:

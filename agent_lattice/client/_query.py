@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
+from .._errors import HookError
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
 from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput, RequestOptions
 from ._runtime import Runtime, get_default_runtime
@@ -90,6 +91,7 @@ class QueryRun:
                 cheap_tools=[t.name for t in config.tools if t.cheap],
                 requires_output=config.output_schema is not None,
                 max_concurrency=config.tool_concurrency.max_concurrency,
+                result_hook=bool(config.hooks and config.hooks.on_tool_result),
             ),
             session_id=agent.session_id,
             prompt=self.prompt,
@@ -132,7 +134,7 @@ class QueryRun:
             except WorkflowFailureError:
                 return await runtime.outcome(self.workflow_id)
             new_messages.extend(output.new_messages)
-            return output.result
+            return _raise_hook_failure(output.result)
         finally:
             self._done = True
             on_done(new_messages)
@@ -208,6 +210,7 @@ class QueryRun:
                 if isinstance(item, ResultMessage):
                     finished = True
                     new_messages.extend(await self._new_messages())
+                    _raise_hook_failure(item)
                     for _, event in held:
                         yield event
                     yield item
@@ -241,3 +244,10 @@ class QueryRun:
         with contextlib.suppress(Exception):
             await self._handle.signal("interrupt")
         new_messages.extend(await asyncio.wait_for(self._new_messages(), 30))
+
+
+def _raise_hook_failure(result: ResultMessage) -> ResultMessage:
+    """A failed hook is host code failing: it propagates instead of becoming a result."""
+    if result.error is not None and result.error.type == "HookError":
+        raise HookError(result.error.message)
+    return result

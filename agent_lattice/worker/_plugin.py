@@ -50,7 +50,13 @@ class LatticePlugin(SimplePlugin):
             "agent-lattice",
             data_converter=pydantic_data_converter,
             workflows=[AgentWorkflow] if activities else None,
-            activities=[activities.model_request, activities.tool_call] if activities else None,
+            activities=[
+                activities.model_request,
+                activities.tool_call,
+                activities.tool_result_hooks,
+            ]
+            if activities
+            else None,
             workflow_runner=SandboxedWorkflowRunner(
                 restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
             ),

@@ -37,11 +37,13 @@ with workflow.unsafe.imports_passed_through():
         ModelCallOutput,
         ToolCallInput,
         ToolCallOutput,
+        ToolResultsHookInput,
     )
 
 MESSAGES_TOPIC = "messages"
 MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
+HOOKS_ACTIVITY = "lattice.tool_result_hooks"
 
 
 @workflow.defn(name="AgentWorkflow")
@@ -125,12 +127,21 @@ class AgentWorkflow:
                     )
                 return await self._finish("success", result=reply.text)
             rejection = batch_rejection(reply, output.batch_rejection, agent.requires_output)
-            if reply.stop_reason == "max_tokens":
-                outcomes = [ToolCallOutput(block=b) for b in truncated_results(reply)]
-            elif rejection is not None:
-                outcomes = [ToolCallOutput(block=b) for b in rejected_results(reply, rejection)]
-            else:
-                outcomes = await self._run_tools(reply, set(output.concurrency_safe))
+            self._made_here: set[str] = set()
+            try:
+                if reply.stop_reason == "max_tokens":
+                    outcomes = self._made(
+                        [ToolCallOutput(block=b) for b in truncated_results(reply)]
+                    )
+                elif rejection is not None:
+                    outcomes = self._made(
+                        [ToolCallOutput(block=b) for b in rejected_results(reply, rejection)]
+                    )
+                else:
+                    outcomes = await self._run_tools(reply, set(output.concurrency_safe))
+                outcomes = await self._hook_made_here(reply, outcomes)
+            except ActivityError as err:  # a hook failed: host code, so the query stops
+                return await self._finish("error_during_execution", error=_error_info(err))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
             self._add(results, UserMessage(message=results, session_id=input.session_id))
             ending = next((o for o in outcomes if o.end_turn), None)
@@ -164,7 +175,11 @@ class AgentWorkflow:
                     initial_interval=timedelta(seconds=s.retry_initial_s),
                     maximum_interval=timedelta(seconds=s.retry_max_interval_s),
                     maximum_attempts=s.model_max_attempts,
-                    non_retryable_error_types=["ProviderRejected", "AgentNotRegistered"],
+                    non_retryable_error_types=[
+                        "ProviderRejected",
+                        "AgentNotRegistered",
+                        "HookError",
+                    ],
                 ),
                 summary=f"{input.agent.name} · {input.agent.model} · turn {self._turns}",
             )
@@ -188,7 +203,9 @@ class AgentWorkflow:
         group: list[ToolUseBlock] = []
         for use in reply.tool_uses:
             if use.name not in known:
-                outcomes[use.id] = ToolCallOutput(block=unknown_tool_result(use, known))
+                outcomes[use.id] = self._made(
+                    [ToolCallOutput(block=unknown_tool_result(use, known))]
+                )[0]
             elif use.id in safe:
                 group.append(use)
             else:
@@ -215,6 +232,9 @@ class AgentWorkflow:
                     call,
                     result_type=ToolCallOutput,
                     start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
+                    retry_policy=RetryPolicy(
+                        non_retryable_error_types=["AgentNotRegistered", "HookError"]
+                    ),
                     summary=f"{input.agent.name} · tool {name}",
                 )
             return await workflow.execute_activity(
@@ -226,18 +246,61 @@ class AgentWorkflow:
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=s.retry_initial_s),
                     maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-                    non_retryable_error_types=["AgentNotRegistered"],
+                    non_retryable_error_types=["AgentNotRegistered", "HookError"],
                 ),
                 summary=f"{input.agent.name} · tool {name}",
             )
         except ActivityError as err:
-            return ToolCallOutput(
-                block=ToolResultBlock(
-                    tool_use_id=call.tool_use.id,
-                    content=f"Tool {name!r} could not run: {_error_info(err).message}",
-                    is_error=True,
-                )
-            )
+            if _error_info(err).type == "HookError":
+                raise
+            return self._made(
+                [
+                    ToolCallOutput(
+                        block=ToolResultBlock(
+                            tool_use_id=call.tool_use.id,
+                            content=f"Tool {name!r} could not run: {_error_info(err).message}",
+                            is_error=True,
+                        )
+                    )
+                ]
+            )[0]
+
+    def _made(self, outcomes: list[ToolCallOutput]) -> list[ToolCallOutput]:
+        """Mark results the workflow made itself: they still pass the on_tool_result hook."""
+        self._made_here.update(o.block.tool_use_id for o in outcomes)
+        return outcomes
+
+    async def _hook_made_here(
+        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
+    ) -> list[ToolCallOutput]:
+        input = self._input
+        if not input.agent.result_hook or not self._made_here:
+            return outcomes
+        picked = [
+            (u, o)
+            for u, o in zip(reply.tool_uses, outcomes, strict=True)
+            if u.id in self._made_here
+        ]
+        shaped = await workflow.execute_local_activity(
+            HOOKS_ACTIVITY,
+            ToolResultsHookInput(
+                agent_key=input.agent.key,
+                session_id=input.session_id,
+                calls=[u for u, _ in picked],
+                results=[o.block for _, o in picked],
+            ),
+            result_type=list[ToolResultBlock],
+            start_to_close_timeout=timedelta(seconds=input.settings.tool_timeout_s),
+            retry_policy=RetryPolicy(non_retryable_error_types=["HookError", "AgentNotRegistered"]),
+            summary=f"{input.agent.name} · on_tool_result",
+        )
+        by_id = {b.tool_use_id: b for b in shaped}
+        return [
+            o.model_copy(update={"block": by_id[o.block.tool_use_id]})
+            if o.block.tool_use_id in by_id
+            else o
+            for o in outcomes
+        ]
 
     def _add(self, message: ModelMessage, event: AssistantMessage | UserMessage) -> None:
         self._history.append(message)

@@ -22,6 +22,7 @@ __all__ = [
     "RequestOptions",
     "ToolCallInput",
     "ToolCallOutput",
+    "ToolResultsHookInput",
 ]
 
 
@@ -36,6 +37,7 @@ class AgentRef(BaseModel):
     cheap_tools: list[str] = Field(default_factory=list)
     requires_output: bool = False
     max_concurrency: int = 10
+    result_hook: bool = False
 
 
 class ActivitySettings(BaseModel):
@@ -102,6 +104,16 @@ class ToolCallInput(BaseModel):
     tool_use: ToolUseBlock
     run_id: str | None = None
     context: Any = None
+
+
+class ToolResultsHookInput(BaseModel):
+    """Results the workflow made itself (unknown tool, truncation, rejected batch, failed
+    call), sent through the agent's ``on_tool_result`` hook."""
+
+    agent_key: str
+    session_id: str
+    calls: list[ToolUseBlock]
+    results: list[ToolResultBlock]
 
 
 class ToolCallOutput(BaseModel):
