@@ -55,10 +55,20 @@ AGENT_OPTIONS = frozenset(
         "tool_concurrency",
         "tool_batch_policy",
         "hooks",
+        "request_timeout_ms",
     }
 )
 QUERY_OPTIONS = frozenset(
-    {"stream", "runtime", "output_format", "thinking_config", "reasoning_effort", "context"}
+    {
+        "stream",
+        "runtime",
+        "output_format",
+        "thinking_config",
+        "reasoning_effort",
+        "context",
+        "request_timeout_ms",
+        "timeout",
+    }
 )
 REASONING_EFFORTS = ("low", "high", "max")
 
@@ -88,6 +98,20 @@ def check_request_options(kind: str, options: Mapping[str, Any]) -> None:
                 f'{kind}: thinking_config must be {{"type": "adaptive"}}, {{"type": "disabled"}} or '
                 f'{{"type": "enabled", "budget_tokens": <positive int>}}; got {thinking!r}'
             )
+    request_timeout = options.get("request_timeout_ms")
+    if request_timeout is not None and (
+        not isinstance(request_timeout, int)
+        or isinstance(request_timeout, bool)
+        or request_timeout < 1
+    ):
+        raise OptionError(
+            f"{kind}: request_timeout_ms must be a positive integer (milliseconds); got {request_timeout!r}"
+        )
+    deadline = options.get("timeout")
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0
+    ):
+        raise OptionError(f"{kind}: timeout must be a positive number of seconds; got {deadline!r}")
     effort = options.get("reasoning_effort")
     if effort is not None and effort not in REASONING_EFFORTS:
         raise OptionError(
@@ -120,6 +144,7 @@ class AgentConfig:
     tool_concurrency: ToolConcurrency = field(default_factory=lambda: ToolConcurrency())
     tool_batch_policy: Any = None
     hooks: AgentHooks | None = None
+    request_timeout_ms: int | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -189,6 +214,7 @@ class AgentConfig:
             tool_concurrency=concurrency,
             tool_batch_policy=policy,
             hooks=AgentHooks.coerce(options.get("hooks")),
+            request_timeout_ms=options.get("request_timeout_ms"),
         )
 
     def fingerprint(self) -> str:
@@ -258,6 +284,7 @@ class Agent:
         self, prompt: str | Sequence[Mapping[str, Any]], options: Mapping[str, Any]
     ) -> QueryRun:
         check_options("QueryOptions", options, QUERY_OPTIONS)
+        check_request_options("QueryOptions", options)
         if self._run is not None:
             raise ConcurrentQueryError(
                 "this Agent is already running a query; an Agent is one conversation. "

@@ -73,6 +73,7 @@ class AgentActivities:
             thinking=_thinking(input.request.thinking, config.max_tokens),
             reasoning_effort=input.request.reasoning_effort,
             output_format=_output_format(input.request.output_format),
+            timeout_ms=input.request.timeout_ms,
         )
         attempt = activity.info().attempt
         async with _heartbeating(), _quiet_when_abandoned():
@@ -265,9 +266,28 @@ async def _permission_denial(
 
 
 async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> ModelMessage:
+    warm_up = getattr(agent.model_client, "warm_up", None)
+    if callable(warm_up):
+        await asyncio.to_thread(warm_up)
     try:
-        return await agent.model_client.create(request, on_event=on_event)  # type: ignore[arg-type]
+        call = agent.model_client.create(request, on_event=on_event)  # type: ignore[arg-type]
+        if request.timeout_ms is None:
+            return await call
+        # Raced here too, so a client that ignores timeout_ms cannot stall the loop.
+        return await asyncio.wait_for(call, request.timeout_ms / 1000)
+    except TimeoutError:
+        raise ApplicationError(
+            f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
+            type="RequestTimeout",
+            non_retryable=True,
+        ) from None
     except ProviderError as err:
+        if err.error_type == "timeout" and request.timeout_ms is not None:
+            raise ApplicationError(
+                f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
+                type="RequestTimeout",
+                non_retryable=True,
+            ) from None
         raise ApplicationError(
             err.message,
             {"status_code": err.status_code, "error_type": err.error_type},

@@ -46,6 +46,8 @@ class QueryRun:
         thinking_config: Mapping[str, Any] | None = None,
         reasoning_effort: str | None = None,
         context: Any = None,
+        request_timeout_ms: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.agent = agent
         config = agent.config
@@ -54,8 +56,11 @@ class QueryRun:
             output_format=output_format if output_format is not None else config.output_format,
             thinking=dict(thinking) if thinking is not None else None,
             reasoning_effort=reasoning_effort or config.reasoning_effort,
+            timeout_ms=request_timeout_ms or config.request_timeout_ms,
         )
         self.context = context
+        self.deadline_s = timeout
+        self._cancelled = False
         self.prompt: str | list[ContentBlock] = (
             prompt if isinstance(prompt, str) else _BLOCKS.validate_python(list(prompt))
         )
@@ -102,6 +107,7 @@ class QueryRun:
             settings=runtime.settings,
             request=self.request,
             context=self.context,
+            deadline_s=self.deadline_s,
         )
         self._handle = await runtime.client.start_workflow(
             "AgentWorkflow",
@@ -127,7 +133,8 @@ class QueryRun:
             try:
                 output: AgentRunOutput = await self._handle.result()
             except asyncio.CancelledError:
-                # The caller gave up: end the run and keep the turns it completed.
+                # The caller cancelled: abort the run and keep the turns it completed.
+                self._cancelled = True
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._abandon(new_messages))
                 raise
@@ -197,7 +204,11 @@ class QueryRun:
         held: list[tuple[int, StreamEventMessage]] = []
         try:
             while True:
-                item = await queue.get()
+                try:
+                    item = await queue.get()
+                except asyncio.CancelledError:
+                    self._cancelled = True  # the consuming task was cancelled: abort
+                    raise
                 if item is _END:
                     break
                 if isinstance(item, StreamEventMessage):
@@ -241,8 +252,10 @@ class QueryRun:
         return output.new_messages
 
     async def _abandon(self, new_messages: list[ModelMessage]) -> None:
+        """End a run its caller left: a cancelled caller aborts it (``error_abort``), one that
+        stopped reading interrupts it; either way its completed turns are kept."""
         with contextlib.suppress(Exception):
-            await self._handle.signal("interrupt")
+            await self._handle.signal("abort" if self._cancelled else "interrupt")
         new_messages.extend(await asyncio.wait_for(self._new_messages(), 30))
 
 

@@ -51,6 +51,11 @@ class AnthropicModelClient:
     def base_url(self) -> str | None:
         return self._base_url or os.environ.get("ANTHROPIC_BASE_URL")
 
+    def warm_up(self) -> None:
+        """Import the SDK and build the client now (seconds on a cold process), so that the
+        first request's deadline measures the request, not the import."""
+        self._sdk()
+
     def _sdk(self) -> anthropic.AsyncAnthropic:
         # Imported on first use: the SDK takes seconds to import, and only workers call it.
         import anthropic

@@ -53,7 +53,9 @@ class AgentWorkflow:
         self._stream = WorkflowStream()
         self._out = self._stream.topic(MESSAGES_TOPIC)
         self._interrupted = False
+        self._aborted = False
         self._model_call: asyncio.Task[ModelCallOutput] | None = None
+        self._tool_calls: set[asyncio.Task[ToolCallOutput]] = set()
         self._turns = 0
         self._published = 0
 
@@ -64,6 +66,19 @@ class AgentWorkflow:
         self._interrupted = True
         if self._model_call is not None and not self._model_call.done():
             self._model_call.cancel()
+
+    @workflow.signal
+    def abort(self) -> None:
+        """End the query with ``error_abort`` (its caller cancelled, or its deadline passed):
+        the in-flight model request and running tool calls are cancelled."""
+        self._aborted = True
+        for task in [self._model_call, *self._tool_calls]:
+            if task is not None and not task.done():
+                task.cancel()
+
+    async def _deadline(self, seconds: float) -> None:
+        await workflow.sleep(seconds)
+        self.abort()
 
     @workflow.query
     def turns(self) -> int:
@@ -89,7 +104,11 @@ class AgentWorkflow:
                 run_id=info.run_id,
             )
         )
+        if input.deadline_s is not None:
+            self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
         while True:
+            if self._aborted:
+                return await self._finish("error_abort", error=_ABORTED)
             if self._interrupted:
                 return await self._finish("interrupted")
             if self._turns >= agent.max_turns:
@@ -104,9 +123,16 @@ class AgentWorkflow:
             try:
                 output = await self._request_model()
             except (ActivityError, CancelledError, asyncio.CancelledError) as err:
+                if self._aborted:
+                    return await self._finish("error_abort", error=_ABORTED)
                 if self._interrupted:
                     return await self._finish("interrupted")
-                return await self._finish("error_during_execution", error=_error_info(err))
+                info = _error_info(err)
+                if info.type == "RequestTimeout":
+                    return await self._finish(
+                        "error_timeout", error=info.model_copy(update={"type": "TimeoutError"})
+                    )
+                return await self._finish("error_during_execution", error=info)
             reply = output.message
             self._add(
                 reply,
@@ -144,6 +170,8 @@ class AgentWorkflow:
                 return await self._finish("error_during_execution", error=_error_info(err))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
             self._add(results, UserMessage(message=results, session_id=input.session_id))
+            if self._aborted:  # every tool_use is answered in history, then the run ends
+                return await self._finish("error_abort", error=_ABORTED)
             ending = next((o for o in outcomes if o.end_turn), None)
             if ending is not None:
                 content = ending.block.content
@@ -169,7 +197,12 @@ class AgentWorkflow:
                     request=input.request,
                 ),
                 result_type=ModelCallOutput,
-                start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
+                start_to_close_timeout=timedelta(
+                    seconds=s.model_timeout_s
+                    if input.request.timeout_ms is None
+                    # the activity enforces the deadline itself; this bounds a stuck worker
+                    else input.request.timeout_ms / 1000 + s.model_heartbeat_s
+                ),
                 heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=s.retry_initial_s),
@@ -216,6 +249,20 @@ class AgentWorkflow:
         return [outcomes[use.id] for use in reply.tool_uses]
 
     async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
+        if self._aborted:  # queued calls do not start after an abort
+            return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
+        task = asyncio.ensure_future(self._call_tool_activity(use))
+        self._tool_calls.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not self._aborted:
+                raise
+            return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
+        finally:
+            self._tool_calls.discard(task)
+
+    async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:
         input, s = self._input, self._input.settings
         call = ToolCallInput(
             agent_key=input.agent.key,
@@ -253,6 +300,8 @@ class AgentWorkflow:
         except ActivityError as err:
             if _error_info(err).type == "HookError":
                 raise
+            if self._aborted:
+                return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
             return self._made(
                 [
                     ToolCallOutput(
@@ -339,6 +388,19 @@ class AgentWorkflow:
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return AgentRunOutput(result=message, new_messages=self._new)
+
+
+_ABORTED = ErrorInfo(
+    type="AbortError", message="the query was aborted (cancelled or past its deadline)"
+)
+
+
+def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:
+    return ToolResultBlock(
+        tool_use_id=use.id,
+        content=f"Tool {use.name!r} was cancelled: the query was aborted.",
+        is_error=True,
+    )
 
 
 def _text_of(content: list[dict[str, object]]) -> str:

@@ -58,6 +58,7 @@ class RequestOptions(BaseModel):
     output_format: Any = None
     thinking: dict[str, Any] | None = None
     reasoning_effort: str | None = None
+    timeout_ms: int | None = None
 
 
 class AgentRunInput(BaseModel):
@@ -71,6 +72,8 @@ class AgentRunInput(BaseModel):
     settings: ActivitySettings = Field(default_factory=ActivitySettings)
     request: RequestOptions = Field(default_factory=RequestOptions)
     context: Any = None
+    # whole-query deadline (seconds); passing it ends the query with error_abort
+    deadline_s: float | None = None
 
 
 class AgentRunOutput(BaseModel):
