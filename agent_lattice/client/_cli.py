@@ -45,7 +45,7 @@ from .._messages import (
 )
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
 from ._runtime import Runtime
-from ._server import DevServer, lattice_home
+from ._server import DevServer, lattice_home, pid_alive
 
 __all__ = ["Renderer", "app", "main"]
 
@@ -308,16 +308,6 @@ def _target(client: Client) -> str:
     return f"{client.service_client.config.target_host} (namespace {client.namespace})"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _poller_alive(identity: str, last_access: datetime | None) -> bool:
     """Temporal lists a poller for minutes after it stopped: judge by its last poll, and for a
     worker on this host (identity ``pid@hostname``, the SDK default) by its process."""
@@ -325,7 +315,7 @@ def _poller_alive(identity: str, last_access: datetime | None) -> bool:
         return False
     pid, _, host = identity.partition("@")
     if pid.isdigit() and host == socket.gethostname():
-        return _pid_alive(int(pid))
+        return pid_alive(int(pid))
     return True
 
 

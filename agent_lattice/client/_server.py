@@ -77,7 +77,8 @@ def _accepting(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this host)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -115,7 +116,7 @@ class DevServer:
             server = cls(**json.loads(cls._state_file(home).read_text()))
         except (OSError, ValueError, TypeError):
             return None
-        return server if _alive(server.pid) and _accepting(server.port) else None
+        return server if pid_alive(server.pid) and _accepting(server.port) else None
 
     @classmethod
     def ensure(
@@ -185,11 +186,11 @@ class DevServer:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _alive(self.pid) and time.monotonic() < deadline:
+        while pid_alive(self.pid) and time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, os.WNOHANG)
             time.sleep(0.05)
-        if _alive(self.pid):
+        if pid_alive(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
