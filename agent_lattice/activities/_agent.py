@@ -120,7 +120,7 @@ class AgentActivities:
             context=input.context,
             run_id=input.run_id,
         )
-        async with _heartbeating():
+        async with _heartbeating(), _quiet_when_abandoned():
             denial = await _permission_denial(agent, use.name, use.input, ctx)
             result = denial or await definition.invoke(use.input, ctx)
             block = ToolResultBlock(
@@ -280,6 +280,7 @@ async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> 
             f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
             type="RequestTimeout",
             non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,  # the configured outcome, not a fault
         ) from None
     except ProviderError as err:
         if err.error_type == "timeout" and request.timeout_ms is not None:
@@ -287,6 +288,7 @@ async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> 
                 f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
                 type="RequestTimeout",
                 non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
             ) from None
         raise ApplicationError(
             err.message,
@@ -301,7 +303,7 @@ async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> 
 
 @contextlib.asynccontextmanager
 async def _quiet_when_abandoned() -> AsyncIterator[None]:
-    """End a model request cut off by anything but a cancellation request quietly.
+    """End a model request or tool call cut off by anything but a cancellation request quietly.
 
     An interrupt closes its run without waiting for the aborted request, and a stopping
     worker cancels what it runs. Either way the request fails as *retryable* and *benign*:
@@ -314,7 +316,7 @@ async def _quiet_when_abandoned() -> AsyncIterator[None]:
         details = activity.cancellation_details()
         if details is None or not details.cancel_requested:
             raise ApplicationError(
-                "model request cut off (its query ended or its worker stopped)",
+                "cut off: its query ended or its worker stopped",
                 type="Abandoned",
                 category=ApplicationErrorCategory.BENIGN,
             ) from None
