@@ -37,6 +37,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
+from ._skills import Skill, load_skill, skill
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
     PermissionRequest,
@@ -84,6 +85,7 @@ __all__ = [
     "ResultMessage",
     "Runtime",
     "SDKMessage",
+    "Skill",
     "StreamEventMessage",
     "SystemMessage",
     "TextBlock",
@@ -104,6 +106,8 @@ __all__ = [
     "create_worker",
     "define_agent",
     "get_default_runtime",
+    "load_skill",
     "set_default_runtime",
+    "skill",
     "tool",
 ]

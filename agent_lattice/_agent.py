@@ -16,6 +16,7 @@ from ._errors import ConcurrentQueryError, OptionError
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
+from ._skills import Skill
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, submit_output_tool
 from .providers import AnthropicModelClient, ModelClient
 
@@ -56,6 +57,7 @@ AGENT_OPTIONS = frozenset(
         "tool_batch_policy",
         "hooks",
         "request_timeout_ms",
+        "skills",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -145,6 +147,7 @@ class AgentConfig:
     tool_batch_policy: Any = None
     hooks: AgentHooks | None = None
     request_timeout_ms: int | None = None
+    skills: tuple[Skill, ...] = ()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -215,6 +218,7 @@ class AgentConfig:
             tool_batch_policy=policy,
             hooks=AgentHooks.coerce(options.get("hooks")),
             request_timeout_ms=options.get("request_timeout_ms"),
+            skills=_skills(options.get("skills")),
         )
 
     def fingerprint(self) -> str:
@@ -225,9 +229,20 @@ class AgentConfig:
             "system": self.system_prompt,
             "tools": [t.spec().model_dump() for t in self.tools],
             "max_tokens": self.max_tokens,
+            "skills": [(s.name, s.description, s.instructions) for s in self.skills],
         }
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _skills(value: Any) -> tuple[Skill, ...]:
+    skills = tuple(value or ())
+    bad = [type(s).__name__ for s in skills if not isinstance(s, Skill)]
+    if bad:
+        raise OptionError(
+            f"AgentOptions: skills must be Skill objects (skill() or load_skill()); got {bad[0]}"
+        )
+    return skills
 
 
 class Agent:

@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
 from .._hooks import ModelRequestContext, ToolResultContext
 from .._messages import ModelMessage, ToolResultBlock
+from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
 from ..providers import ModelRequest, ProviderError
@@ -197,19 +198,20 @@ def _text(content: object) -> str:
 
 
 def _system_prompt(agent: Agent) -> str | None:
-    """The agent's system prompt, told to batch independent calls when they can overlap."""
+    """The agent's system prompt with its skills, told to batch independent calls when they
+    can overlap. Built per request: none of it enters the stored conversation."""
     config = agent.config
+    base = config.system_prompt
+    if config.skills:
+        section = skills_prompt(config.skills)
+        base = f"{base}\n\n{section}" if base else section
     mode = config.tool_concurrency.mode
     overlapping = mode == "all" or (
         mode == "safe" and any(t.is_concurrency_safe is not None for t in config.tools)
     )
     if not (overlapping and config.tools):
-        return config.system_prompt
-    return (
-        f"{config.system_prompt}\n\n{CONCURRENCY_HINT}"
-        if config.system_prompt
-        else CONCURRENCY_HINT
-    )
+        return base
+    return f"{base}\n\n{CONCURRENCY_HINT}" if base else CONCURRENCY_HINT
 
 
 def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
