@@ -18,6 +18,7 @@ from ._errors import (
     MissingOutputError,
     OptionError,
     TimeoutError,
+    TracerError,
 )
 from ._hooks import AgentHooks, ModelRequestContext, ToolResultContext, create_composite_agent_hooks
 from ._messages import (
@@ -46,6 +47,13 @@ from ._tools import (
     ToolResult,
     tool,
 )
+from ._tracing import (
+    ContextTracer,
+    TraceEvent,
+    create_composite_context_tracer,
+    create_jsonl_context_tracer,
+    define_context_tracer,
+)
 from .client import DevServer, Runtime, get_default_runtime, set_default_runtime
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import LatticePlugin, create_worker
@@ -67,6 +75,7 @@ __all__ = [
     "ConcurrentQueryError",
     "ConfigurationError",
     "ContentBlock",
+    "ContextTracer",
     "DevServer",
     "ErrorInfo",
     "HookError",
@@ -98,13 +107,18 @@ __all__ = [
     "ToolResultBlock",
     "ToolResultContext",
     "ToolUseBlock",
+    "TraceEvent",
+    "TracerError",
     "Usage",
     "UserMessage",
     "create_agent",
     "create_bare_agent",
     "create_composite_agent_hooks",
+    "create_composite_context_tracer",
+    "create_jsonl_context_tracer",
     "create_worker",
     "define_agent",
+    "define_context_tracer",
     "get_default_runtime",
     "load_skill",
     "set_default_runtime",

@@ -18,6 +18,7 @@ from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
 from ._skills import Skill
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, submit_output_tool
+from ._tracing import ContextTracer
 from .providers import AnthropicModelClient, ModelClient
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ AGENT_OPTIONS = frozenset(
         "hooks",
         "request_timeout_ms",
         "skills",
+        "tracer",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -148,6 +150,7 @@ class AgentConfig:
     hooks: AgentHooks | None = None
     request_timeout_ms: int | None = None
     skills: tuple[Skill, ...] = ()
+    tracer: ContextTracer | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -219,6 +222,7 @@ class AgentConfig:
             hooks=AgentHooks.coerce(options.get("hooks")),
             request_timeout_ms=options.get("request_timeout_ms"),
             skills=_skills(options.get("skills")),
+            tracer=_tracer(options.get("tracer")),
         )
 
     def fingerprint(self) -> str:
@@ -233,6 +237,15 @@ class AgentConfig:
         }
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _tracer(value: Any) -> ContextTracer | None:
+    if value is not None and not isinstance(value, ContextTracer):
+        raise OptionError(
+            "AgentOptions: tracer must be a ContextTracer (create_jsonl_context_tracer(), "
+            f"define_context_tracer(), ...); got {type(value).__name__}"
+        )
+    return value
 
 
 def _skills(value: Any) -> tuple[Skill, ...]:

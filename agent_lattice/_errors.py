@@ -7,6 +7,7 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── ConcurrentQueryError   a second query() on an Agent that is still running one
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
+    ├── TracerError            a tracer bound with fail_on_error raised: likewise
     ├── ProviderError          a model client's classified failure (retryable or not), in workers
     └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
         ├── APIError           the model provider answered with an error
@@ -34,6 +35,7 @@ __all__ = [
     "MissingOutputError",
     "OptionError",
     "TimeoutError",
+    "TracerError",
 ]
 
 
@@ -56,6 +58,10 @@ class ConfigurationError(LatticeError):
 class HookError(LatticeError):
     """A hook raised. Hooks guard what the model sees (redaction...), so their failure is
     never turned into an error result: it propagates out of ``query()``."""
+
+
+class TracerError(LatticeError):
+    """A tracer created with ``fail_on_error=True`` failed; the query stopped."""
 
 
 class AgentRunError(LatticeError):

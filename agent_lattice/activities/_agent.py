@@ -19,6 +19,7 @@ from .._messages import ModelMessage, ToolResultBlock
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
+from .._tracing import TraceEvent
 from ..providers import ModelRequest, ProviderError
 from ..workflows._types import (
     ModelCallInput,
@@ -26,6 +27,7 @@ from ..workflows._types import (
     ToolCallInput,
     ToolCallOutput,
     ToolResultsHookInput,
+    TraceInput,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +66,14 @@ class AgentActivities:
         )
         if config.hooks is not None:
             shaped = await _hook(config.hooks.model_request(shaped))
+        tracer = _Tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        await tracer.emit(
+            "model_request",
+            turn=input.turn,
+            model=config.model,
+            system=shaped.system_prompt,
+            messages=[m.to_wire() for m in shaped.messages],
+        )
         request = ModelRequest(
             model=config.model,
             messages=shaped.messages,
@@ -89,6 +99,15 @@ class AgentActivities:
                     message = await _call_model(agent, request, sender.send)
             else:
                 message = await _call_model(agent, request, None)
+        await tracer.emit(
+            "assistant_message",
+            turn=input.turn,
+            message=message.to_wire(),
+            stop_reason=message.stop_reason,
+            usage=message.usage.model_dump() if message.usage else None,
+            provider_response_id=message.provider_response_id,
+            model=message.model,
+        )
         rejection = None
         if message.tool_uses and config.tool_batch_policy is not None:
             calls = [ToolCallInfo(id=u.id, name=u.name, input=u.input) for u in message.tool_uses]
@@ -121,6 +140,8 @@ class AgentActivities:
             context=input.context,
             run_id=input.run_id,
         )
+        tracer = _Tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
         async with _heartbeating(), _quiet_when_abandoned():
             denial = await _permission_denial(agent, use.name, use.input, ctx)
             result = denial or await definition.invoke(use.input, ctx)
@@ -141,6 +162,7 @@ class AgentActivities:
                         )
                     )
                 )
+        await tracer.emit("tool_result", **block.model_dump(mode="json", exclude={"type"}))
         return ToolCallOutput(
             block=block,
             end_turn=result.end_turn,
@@ -162,6 +184,39 @@ class AgentActivities:
             )
             shaped.append(await _hook(hooks.tool_result(context)))
         return shaped
+
+    @activity.defn(name="lattice.trace")
+    async def trace(self, input: TraceInput) -> None:
+        """Trace events the workflow produced itself (runs as a local activity)."""
+        agent = self._agent(input.agent_key, input.session_id)
+        for item in input.events:
+            tracer = _Tracer(agent, input.session_id, input.run_id, item["seq"])
+            await tracer.emit(item["type"], **item.get("data", {}))
+
+
+class _Tracer:
+    """Emits an agent's trace events with consecutive ``seq`` from the workflow's base."""
+
+    def __init__(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> None:
+        self._tracer = agent.config.tracer
+        self._source = agent.name
+        self._session_id, self._run_id, self._seq = session_id, run_id or "", seq
+
+    async def emit(self, kind: str, **data: object) -> None:
+        if self._tracer is None:
+            return
+        event = TraceEvent(
+            self._session_id, self._run_id, self._seq, self._source, kind, dict(data)
+        )
+        self._seq += 1
+        try:
+            await self._tracer.emit(event)
+        except Exception as err:  # only a tracer bound with fail_on_error gets here
+            raise ApplicationError(
+                f"tracer failed: {type(err).__name__}: {err}",
+                type="TracerError",
+                non_retryable=True,
+            ) from err
 
 
 def _thinking(thinking: dict[str, object] | None, max_tokens: int) -> dict[str, object] | None:

@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
-from .._errors import HookError
+from .._errors import HookError, TracerError
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
 from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput, RequestOptions
 from ._runtime import Runtime, get_default_runtime
@@ -97,6 +97,7 @@ class QueryRun:
                 requires_output=config.output_schema is not None,
                 max_concurrency=config.tool_concurrency.max_concurrency,
                 result_hook=bool(config.hooks and config.hooks.on_tool_result),
+                traced=config.tracer is not None,
             ),
             session_id=agent.session_id,
             prompt=self.prompt,
@@ -260,7 +261,10 @@ class QueryRun:
 
 
 def _raise_hook_failure(result: ResultMessage) -> ResultMessage:
-    """A failed hook is host code failing: it propagates instead of becoming a result."""
+    """A failed hook (or a tracer bound with fail_on_error) is host code failing: it
+    propagates out of query()/prompt() instead of becoming a result."""
     if result.error is not None and result.error.type == "HookError":
         raise HookError(result.error.message)
+    if result.error is not None and result.error.type == "TracerError":
+        raise TracerError(result.error.message)
     return result

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryConfig, TelemetryFilter
+from temporalio.runtime import LoggingConfig, TelemetryConfig, TelemetryFilter
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.worker import Worker
 
@@ -63,30 +63,23 @@ class _QuietCancelledEviction(logging.Filter):
 logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
 
 
-class _QuietAbandonedActivity(logging.Filter):
-    """An interrupt closes the run without waiting for the aborted model request, which then
-    completes into a closed workflow; Core reports that as a warning, expected here."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Activity not found on completion" not in record.getMessage()
-
-
-_CORE_LOGGER = logging.getLogger("temporalio.core")
-_CORE_LOGGER.addFilter(_QuietAbandonedActivity())
 _TEMPORAL_RUNTIME: TemporalRuntime | None = None
 
 
 def _temporal_runtime() -> TemporalRuntime:
-    """One Temporal Core runtime per process, its logs forwarded to Python logging."""
+    """One Temporal Core runtime per process that prints only Core's errors.
+
+    Core's warnings at this level are expected here (an interrupt closes its run before the
+    aborted request completes: "activity not found on completion"). Core's logs are not
+    forwarded to Python logging: forwarding calls into Python from Core's threads, which can
+    abort the interpreter while it finalizes at the end of a script.
+    """
     global _TEMPORAL_RUNTIME
     if _TEMPORAL_RUNTIME is None:
         _TEMPORAL_RUNTIME = TemporalRuntime(
             telemetry=TelemetryConfig(
                 logging=LoggingConfig(
-                    filter=TelemetryFilter(core_level="WARN", other_level="WARN"),
-                    forwarding=LogForwardingConfig(
-                        logger=_CORE_LOGGER, append_target_to_name=False
-                    ),
+                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")
                 )
             )
         )

@@ -54,6 +54,7 @@ class LatticePlugin(SimplePlugin):
                 activities.model_request,
                 activities.tool_call,
                 activities.tool_result_hooks,
+                activities.trace,
             ]
             if activities
             else None,

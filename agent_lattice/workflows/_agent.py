@@ -38,12 +38,14 @@ with workflow.unsafe.imports_passed_through():
         ToolCallInput,
         ToolCallOutput,
         ToolResultsHookInput,
+        TraceInput,
     )
 
 MESSAGES_TOPIC = "messages"
 MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
 HOOKS_ACTIVITY = "lattice.tool_result_hooks"
+TRACE_ACTIVITY = "lattice.trace"
 
 
 @workflow.defn(name="AgentWorkflow")
@@ -58,6 +60,7 @@ class AgentWorkflow:
         self._tool_calls: set[asyncio.Task[ToolCallOutput]] = set()
         self._turns = 0
         self._published = 0
+        self._trace_seq = 0
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -104,6 +107,26 @@ class AgentWorkflow:
                 run_id=info.run_id,
             )
         )
+        if agent.traced:
+            try:
+                await self._trace(
+                    [
+                        (
+                            "run_start",
+                            {
+                                "agent": agent.name,
+                                "model": agent.model,
+                                "workflow_id": info.workflow_id,
+                            },
+                        ),
+                        ("user_message", {"content": prompt.to_wire()["content"]}),
+                    ]
+                )
+            except (
+                ActivityError,
+                ApplicationError,
+            ) as err:  # a tracer bound with fail_on_error failed
+                return await self._finish("error_during_execution", error=_error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
         while True:
@@ -166,7 +189,10 @@ class AgentWorkflow:
                 else:
                     outcomes = await self._run_tools(reply, set(output.concurrency_safe))
                 outcomes = await self._hook_made_here(reply, outcomes)
-            except ActivityError as err:  # a hook failed: host code, so the query stops
+            except (
+                ActivityError,
+                ApplicationError,
+            ) as err:  # a hook failed: host code, so the query stops
                 return await self._finish("error_during_execution", error=_error_info(err))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
             self._add(results, UserMessage(message=results, session_id=input.session_id))
@@ -195,6 +221,8 @@ class AgentWorkflow:
                     stream_channel=input.stream_channel,
                     after=self._published,
                     request=input.request,
+                    run_id=workflow.info().run_id,
+                    trace_seq=self._seq_block(2),
                 ),
                 result_type=ModelCallOutput,
                 start_to_close_timeout=timedelta(
@@ -270,6 +298,7 @@ class AgentWorkflow:
             tool_use=use,
             run_id=workflow.info().run_id,
             context=input.context,
+            trace_seq=self._seq_block(2),
         )
         name = call.tool_use.name
         try:
@@ -297,8 +326,8 @@ class AgentWorkflow:
                 ),
                 summary=f"{input.agent.name} · tool {name}",
             )
-        except ActivityError as err:
-            if _error_info(err).type == "HookError":
+        except (ActivityError, ApplicationError) as err:
+            if _error_info(err).type in ("HookError", "TracerError"):
                 raise
             if self._aborted:
                 return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
@@ -320,6 +349,23 @@ class AgentWorkflow:
         return outcomes
 
     async def _hook_made_here(
+        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
+    ) -> list[ToolCallOutput]:
+        outcomes = await self._hook_results(reply, outcomes)
+        if self._input.agent.traced and self._made_here:
+            events: list[tuple[str, dict[str, object]]] = []
+            for use, outcome in zip(reply.tool_uses, outcomes, strict=True):
+                if use.id in self._made_here:
+                    events.append(
+                        ("tool_use", {"id": use.id, "name": use.name, "input": use.input})
+                    )
+                    events.append(
+                        ("tool_result", outcome.block.model_dump(mode="json", exclude={"type"}))
+                    )
+            await self._trace(events)
+        return outcomes
+
+    async def _hook_results(
         self, reply: ModelMessage, outcomes: list[ToolCallOutput]
     ) -> list[ToolCallOutput]:
         input = self._input
@@ -351,6 +397,33 @@ class AgentWorkflow:
             for o in outcomes
         ]
 
+    def _seq_block(self, size: int) -> int:
+        """Reserve ``size`` trace sequence numbers (deterministic, so retries reuse them)."""
+        start = self._trace_seq
+        self._trace_seq += size
+        return start
+
+    async def _trace(self, events: list[tuple[str, dict[str, object]]]) -> None:
+        input = self._input
+        if not input.agent.traced or not events:
+            return
+        await workflow.execute_local_activity(
+            TRACE_ACTIVITY,
+            TraceInput(
+                agent_key=input.agent.key,
+                session_id=input.session_id,
+                run_id=workflow.info().run_id,
+                events=[
+                    {"seq": self._seq_block(1), "type": kind, "data": data} for kind, data in events
+                ],
+            ),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                non_retryable_error_types=["TracerError", "AgentNotRegistered"]
+            ),
+            summary=f"{input.agent.name} · trace",
+        )
+
     def _add(self, message: ModelMessage, event: AssistantMessage | UserMessage) -> None:
         self._history.append(message)
         self._new.append(message)
@@ -369,6 +442,24 @@ class AgentWorkflow:
         error: ErrorInfo | None = None,
     ) -> AgentRunOutput:
         info = workflow.info()
+        if self._input.agent.traced:
+            try:
+                await self._trace(
+                    [
+                        (
+                            "result",
+                            {
+                                "subtype": subtype,
+                                "result": result if error is None else error.message,
+                                "num_turns": self._turns,
+                                "stop_reason": self._stop_reason,
+                                "usage": self._usage.model_dump(),
+                            },
+                        )
+                    ]
+                )
+            except (ActivityError, ApplicationError) as err:
+                subtype, error = "error_during_execution", _error_info(err)
         message = ResultMessage(
             subtype=subtype,
             result=result if error is None else error.message,

@@ -23,6 +23,7 @@ __all__ = [
     "ToolCallInput",
     "ToolCallOutput",
     "ToolResultsHookInput",
+    "TraceInput",
 ]
 
 
@@ -38,6 +39,7 @@ class AgentRef(BaseModel):
     requires_output: bool = False
     max_concurrency: int = 10
     result_hook: bool = False
+    traced: bool = False
 
 
 class ActivitySettings(BaseModel):
@@ -91,6 +93,8 @@ class ModelCallInput(BaseModel):
     stream_channel: str | None = None
     after: int = 0
     request: RequestOptions = Field(default_factory=RequestOptions)
+    run_id: str | None = None
+    trace_seq: int = 0
 
 
 class ModelCallOutput(BaseModel):
@@ -107,6 +111,7 @@ class ToolCallInput(BaseModel):
     tool_use: ToolUseBlock
     run_id: str | None = None
     context: Any = None
+    trace_seq: int = 0
 
 
 class ToolResultsHookInput(BaseModel):
@@ -117,6 +122,15 @@ class ToolResultsHookInput(BaseModel):
     session_id: str
     calls: list[ToolUseBlock]
     results: list[ToolResultBlock]
+
+
+class TraceInput(BaseModel):
+    """Trace events the workflow produces itself (run start, its own results, the result)."""
+
+    agent_key: str
+    session_id: str
+    run_id: str
+    events: list[dict[str, Any]]
 
 
 class ToolCallOutput(BaseModel):
