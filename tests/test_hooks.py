@@ -127,6 +127,8 @@ async def test_a_raising_hook_propagates_out_of_query(make_agent, fake_anthropic
         async for _ in agent.query("go"):
             pass
     assert len(fake_anthropic.requests) == 1  # the unredacted result never reached the model
+    # the failed turn left no dangling tool_use behind: the conversation stays well-formed
+    assert [m.role for m in await agent.get_history()] == ["user"]
 
     fake_anthropic.set_handler(Script(text("x")))
     failing = make_agent(hooks={"on_model_request": lambda ctx: 1 / 0})

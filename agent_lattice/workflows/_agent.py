@@ -189,10 +189,12 @@ class AgentWorkflow:
                 else:
                     outcomes = await self._run_tools(reply, set(output.concurrency_safe))
                 outcomes = await self._hook_made_here(reply, outcomes)
-            except (
-                ActivityError,
-                ApplicationError,
-            ) as err:  # a hook failed: host code, so the query stops
+            except (ActivityError, ApplicationError) as err:
+                # A hook (or a strict tracer) failed: host code, so the query stops. The turn's
+                # tool calls have no results, so the turn leaves the stored conversation: the
+                # next query must not send a tool_use without its tool_result.
+                self._history.pop()
+                self._new.pop()
                 return await self._finish("error_during_execution", error=_error_info(err))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
             self._add(results, UserMessage(message=results, session_id=input.session_id))
