@@ -12,6 +12,7 @@ __all__ = [
     "TRUNCATED_TOOL_CALL",
     "batch_rejection",
     "rejected_results",
+    "text_of",
     "truncated_results",
     "unknown_tool_result",
 ]
@@ -66,3 +67,10 @@ def rejected_results(message: ModelMessage, decision: BatchDecision) -> list[Too
         ToolResultBlock(tool_use_id=use.id, content=content, is_error=True)
         for use in message.tool_uses
     ]
+
+
+def text_of(content: str | list[dict[str, Any]]) -> str:
+    """The text of a tool result's content (a string, or blocks whose text blocks count)."""
+    if isinstance(content, str):
+        return content
+    return "".join(str(b.get("text", "")) for b in content if b.get("type") == "text")

@@ -60,12 +60,12 @@ from agent_lattice import ResultMessage, create_agent, tool
 from agent_lattice._messages import ModelMessage, TextBlock, ToolUseBlock, Usage
 from agent_lattice.activities import AgentActivities
 from agent_lattice.client import Runtime
-from agent_lattice.client._query import workflow_id_for
+from agent_lattice.client._query import agent_ref, workflow_id_for
 from agent_lattice.providers import ModelRequest
 from agent_lattice.worker._plugin import LatticePlugin
 from agent_lattice.worker._registry import AgentRegistry
 from agent_lattice.workflows import AgentWorkflow
-from agent_lattice.workflows._types import ActivitySettings, AgentRef, AgentRunInput
+from agent_lattice.workflows._types import ActivitySettings, AgentRunInput
 
 MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
@@ -345,16 +345,8 @@ async def _direct(
     runtime: Runtime, server: Server, agent: Any, prompt: str
 ) -> tuple[str, float, CpuMeter]:
     """AgentWorkflow started and awaited: no durable-message subscriber, no live stream."""
-    config = agent.config
     run_input = AgentRunInput(
-        agent=AgentRef(
-            key=agent.key,
-            name=agent.name,
-            model=config.model,
-            max_turns=config.max_turns,
-            tools=[t.name for t in config.tools],
-            cheap_tools=[t.name for t in config.tools if t.cheap],
-        ),
+        agent=agent_ref(agent),
         session_id=agent.session_id,
         prompt=prompt,
         stream=False,

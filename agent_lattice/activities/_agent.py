@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
 from .._hooks import ModelRequestContext, ToolResultContext
+from .._loop import text_of
 from .._messages import ModelMessage, ToolResultBlock
 from .._skills import skills_prompt
 from .._streaming import StreamSender
@@ -150,7 +151,7 @@ class AgentActivities:
             )
             hooks = agent.config.hooks
             if hooks is not None:
-                error = _text(result.content) if result.is_error else None
+                error = text_of(result.content) if result.is_error else None
                 block = await _hook(
                     hooks.tool_result(
                         ToolResultContext(
@@ -178,7 +179,7 @@ class AgentActivities:
             return input.results
         shaped = []
         for use, block in zip(input.calls, input.results, strict=True):
-            error = _text(block.content) if block.is_error else None
+            error = text_of(block.content) if block.is_error else None
             context = ToolResultContext(
                 tool_name=use.name, tool_use_id=use.id, input=use.input, result=block, error=error
             )
@@ -244,12 +245,6 @@ async def _hook(call: Awaitable[T]) -> T:
         raise ApplicationError(
             f"hook failed: {type(err).__name__}: {err}", type="HookError", non_retryable=True
         ) from err
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))  # type: ignore[union-attr]
 
 
 def _system_prompt(agent: Agent) -> str | None:

@@ -27,6 +27,23 @@ QUEUE_SIZE = 256
 _END = object()
 
 
+def agent_ref(agent: Agent) -> AgentRef:
+    """What a workflow needs to know of ``agent`` (its worker resolves the rest by key)."""
+    config = agent.config
+    return AgentRef(
+        key=agent.key,
+        name=agent.name,
+        model=config.model,
+        max_turns=config.max_turns,
+        tools=[t.name for t in config.tools],
+        cheap_tools=[t.name for t in config.tools if t.cheap],
+        requires_output=config.output_schema is not None,
+        max_concurrency=config.tool_concurrency.max_concurrency,
+        result_hook=bool(config.hooks and config.hooks.on_tool_result),
+        traced=config.tracer is not None,
+    )
+
+
 def workflow_id_for(agent: Agent, index: int) -> str:
     return f"{agent.name}-{agent.session_id}-{index}"
 
@@ -87,18 +104,7 @@ class QueryRun:
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
         run_input = AgentRunInput(
-            agent=AgentRef(
-                key=agent.key,
-                name=agent.name,
-                model=config.model,
-                max_turns=config.max_turns,
-                tools=[t.name for t in config.tools],
-                cheap_tools=[t.name for t in config.tools if t.cheap],
-                requires_output=config.output_schema is not None,
-                max_concurrency=config.tool_concurrency.max_concurrency,
-                result_hook=bool(config.hooks and config.hooks.on_tool_result),
-                traced=config.tracer is not None,
-            ),
+            agent=agent_ref(agent),
             session_id=agent.session_id,
             prompt=self.prompt,
             history=agent.history,

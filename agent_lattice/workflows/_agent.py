@@ -16,7 +16,13 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from .._loop import batch_rejection, rejected_results, truncated_results, unknown_tool_result
+    from .._loop import (
+        batch_rejection,
+        rejected_results,
+        text_of,
+        truncated_results,
+        unknown_tool_result,
+    )
     from .._messages import (
         AssistantMessage,
         ErrorInfo,
@@ -202,10 +208,10 @@ class AgentWorkflow:
                 return await self._finish("error_abort", error=_ABORTED)
             ending = next((o for o in outcomes if o.end_turn), None)
             if ending is not None:
-                content = ending.block.content
-                text = content if isinstance(content, str) else _text_of(content)
                 return await self._finish(
-                    "success", result=text, structured_result=ending.structured_result
+                    "success",
+                    result=text_of(ending.block.content),
+                    structured_result=ending.structured_result,
                 )
 
     async def _request_model(self) -> ModelCallOutput:
@@ -494,10 +500,6 @@ def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:
         content=f"Tool {use.name!r} was cancelled: the query was aborted.",
         is_error=True,
     )
-
-
-def _text_of(content: list[dict[str, object]]) -> str:
-    return "".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
 
 
 def _error_info(err: BaseException) -> ErrorInfo:
