@@ -21,6 +21,13 @@ from ._errors import (
     TracerError,
 )
 from ._hooks import AgentHooks, ModelRequestContext, ToolResultContext, create_composite_agent_hooks
+from ._mcp import (
+    MCPClient,
+    MCPConnection,
+    connect_mcp_stdio_server,
+    connect_mcp_streamable_http_server,
+    create_mcp_tools,
+)
 from ._messages import (
     AssistantMessage,
     ContentBlock,
@@ -81,6 +88,8 @@ __all__ = [
     "HookError",
     "LatticeError",
     "LatticePlugin",
+    "MCPClient",
+    "MCPConnection",
     "MaxTurnsError",
     "MissingOutputError",
     "ModelClient",
@@ -111,11 +120,14 @@ __all__ = [
     "TracerError",
     "Usage",
     "UserMessage",
+    "connect_mcp_stdio_server",
+    "connect_mcp_streamable_http_server",
     "create_agent",
     "create_bare_agent",
     "create_composite_agent_hooks",
     "create_composite_context_tracer",
     "create_jsonl_context_tracer",
+    "create_mcp_tools",
     "create_worker",
     "define_agent",
     "define_context_tracer",

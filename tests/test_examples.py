@@ -36,6 +36,7 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     ),
     "permission.py": "tool result (is_error=True): Blocked by policy",
     "deadlines.py": ("request_timeout_ms=500 -> error_timeout", "timeout=1.0 -> error_abort"),
+    "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 
 
