@@ -45,6 +45,7 @@ from ._messages import (
     Usage,
     UserMessage,
 )
+from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
 from ._skills import Skill, load_skill, skill
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
@@ -127,6 +128,8 @@ __all__ = [
     "create_composite_agent_hooks",
     "create_composite_context_tracer",
     "create_jsonl_context_tracer",
+    "create_langfuse_context_tracer",
+    "create_langsmith_context_tracer",
     "create_mcp_tools",
     "create_worker",
     "define_agent",

@@ -36,13 +36,19 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     ),
     "permission.py": "tool result (is_error=True): Blocked by policy",
     "deadlines.py": ("request_timeout_ms=500 -> error_timeout", "timeout=1.0 -> error_abort"),
+    "langsmith_tracing.py": ("chain traced", "  llm model turn 1", "  tool lookup"),
+    "langfuse_tracing.py": ("chain traced", "generation model turn 1", "tool lookup"),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 
 
 @pytest.mark.timeout(300)
 def test_examples_run(lattice_server, task_queue_prefix):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "LANGSMITH_", "LANGFUSE_"))
+    }
     env["TEMPORAL_ADDRESS"] = lattice_server
     for name in EXPECTED:
         proc = subprocess.run(

@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,8 @@ def _temporal_runtime() -> TemporalRuntime:
 # Between polls of a run's durable messages: each poll is a workflow update (a workflow task
 # and history events); 50 ms keeps the run's own pace while messages stay prompt.
 POLL_COOLDOWN_S = 0.05
+# How long a just-found embedded server may take to serve after it accepts connections.
+EMBEDDED_READY_TIMEOUT = 20.0
 
 
 class Runtime:
@@ -154,17 +157,26 @@ class Runtime:
                 "false",
                 "no",
             )
-        try:
-            client = await Client.connect(
-                address,
-                namespace=namespace,
-                api_key=api_key,
-                tls=bool(api_key),
-                data_converter=pydantic_data_converter,
-                runtime=_temporal_runtime(),
-            )
-        except Exception as err:
-            raise ConfigurationError(f"could not connect to Temporal at {address}: {err}") from err
+        # A dev server accepts TCP before its frontend serves; give a fresh one time to come up.
+        deadline = time.monotonic() + (EMBEDDED_READY_TIMEOUT if server is not None else 0)
+        while True:
+            try:
+                client = await Client.connect(
+                    address,
+                    namespace=namespace,
+                    api_key=api_key,
+                    tls=bool(api_key),
+                    data_converter=pydantic_data_converter,
+                    runtime=_temporal_runtime(),
+                )
+                break
+            except Exception as err:
+                if time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                    continue
+                raise ConfigurationError(
+                    f"could not connect to Temporal at {address}: {err}"
+                ) from err
         return cls(client, inline_workers=inline_workers, settings=settings, server=server)
 
     # -- workers -------------------------------------------------------------------------

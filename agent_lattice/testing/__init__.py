@@ -4,6 +4,7 @@ Add the fixtures to a test suite with ``pytest_plugins = ["agent_lattice.testing
 in ``conftest.py`` (needs pytest-asyncio).
 """
 
+from ._fake_ingest import FakeTracingServer
 from ._fake_server import (
     FakeAnthropicServer,
     Handler,
@@ -30,6 +31,7 @@ from ._helpers import FAST_SETTINGS, assert_eventually, collect
 __all__ = [
     "FAST_SETTINGS",
     "FakeAnthropicServer",
+    "FakeTracingServer",
     "Handler",
     "RecordedRequest",
     "Reply",

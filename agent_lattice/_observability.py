@@ -1,0 +1,336 @@
+"""LangSmith and Langfuse context tracers (seeds: LangSmith / Langfuse Context Tracing).
+
+Both map a run's trace events onto one trace per query: the run is a root chain, each model
+turn a child LLM/generation run, each tool call a child tool run. They run in the worker like
+every tracer; the open runs of in-flight queries are kept in memory, so after a worker crash
+the events that follow land under a fresh root marked ``resumed`` (LangSmith) or in the same
+trace (Langfuse: the trace id derives from the run id).
+
+The vendors' clients do blocking I/O, so events are handed to them on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import ConfigurationError, OptionError
+from ._tracing import ContextTracer, TraceEvent
+
+__all__ = ["create_langfuse_context_tracer", "create_langsmith_context_tracer"]
+
+_NAMESPACE = uuid.UUID("6f0c7f1e-3b7a-4d0e-9a55-5c1e0a7a1a77")
+
+
+@dataclass
+class _OpenRun:
+    root: Any = None
+    start: dict[str, Any] = field(default_factory=dict)
+    children: dict[str, Any] = field(default_factory=dict)
+
+
+class _Backend:
+    """One vendor's way to open and close runs."""
+
+    def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
+        raise NotImplementedError
+
+    def child(
+        self, root: Any, event: TraceEvent, kind: str, name: str, inputs: Any, model: str | None
+    ) -> Any:
+        raise NotImplementedError
+
+    def end(
+        self, run: Any, outputs: Any, *, error: str | None = None, usage: Mapping[str, Any] | None
+    ) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+
+class _RunMapper:
+    """Trace events → open/close calls on a backend, one root per ``run_id``."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self._backend = backend
+        self._runs: dict[str, _OpenRun] = {}
+        self._lock = threading.Lock()
+
+    def on_event(self, event: TraceEvent) -> None:
+        with self._lock:
+            self._handle(event)
+
+    def _root(self, event: TraceEvent, inputs: dict[str, Any] | None = None) -> _OpenRun:
+        run = self._runs.setdefault(event.run_id, _OpenRun())
+        if run.root is None:
+            resumed = inputs is None and not run.start
+            run.root = self._backend.root(
+                event,
+                run.start.get("agent") or event.source,
+                {**run.start, **(inputs or {})},
+                resumed,
+            )
+        return run
+
+    def _handle(self, event: TraceEvent) -> None:
+        data, backend = event.data, self._backend
+        if event.type == "run_start":
+            self._runs[event.run_id] = _OpenRun(start=dict(data))
+        elif event.type == "user_message":
+            self._root(event, {"prompt": data.get("content")})
+        elif event.type == "model_request":
+            run = self._root(event)
+            key = f"turn/{data.get('turn')}"
+            inputs = {"system": data.get("system"), "messages": data.get("messages")}
+            run.children[key] = backend.child(
+                run.root, event, "llm", f"model turn {data.get('turn')}", inputs, data.get("model")
+            )
+        elif event.type == "assistant_message":
+            run = self._root(event)
+            child = run.children.pop(f"turn/{data.get('turn')}", None)
+            if child is not None:
+                outputs = {"message": data.get("message"), "stop_reason": data.get("stop_reason")}
+                backend.end(child, outputs, usage=data.get("usage"))
+        elif event.type == "tool_use":
+            run = self._root(event)
+            run.children[f"tool/{data.get('id')}"] = backend.child(
+                run.root, event, "tool", str(data.get("name")), data.get("input"), None
+            )
+        elif event.type == "tool_result":
+            run = self._root(event)
+            child = run.children.pop(f"tool/{data.get('tool_use_id')}", None)
+            if child is not None:
+                error = _text(data.get("content")) if data.get("is_error") else None
+                backend.end(child, {"content": data.get("content")}, error=error, usage=None)
+        elif event.type == "result":
+            run = self._root(event)
+            for child in run.children.values():  # aborted mid-call: close what is still open
+                backend.end(child, None, error="run ended before this step finished", usage=None)
+            subtype = data.get("subtype")
+            error = None if subtype == "success" else f"{subtype}: {data.get('result')}"
+            outputs = {k: data.get(k) for k in ("subtype", "result", "num_turns", "stop_reason")}
+            backend.end(run.root, outputs, error=error, usage=data.get("usage"))
+            self._runs.pop(event.run_id, None)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(b.get("text", "") for b in content if isinstance(b, Mapping))
+    return str(content)
+
+
+def _tracer(mapper: _RunMapper, backend: _Backend, fail_on_error: bool) -> ContextTracer:
+    async def on_event(event: TraceEvent) -> None:
+        await asyncio.to_thread(mapper.on_event, event)
+
+    async def flush() -> None:
+        await asyncio.to_thread(backend.flush)
+
+    return ContextTracer(on_event, flush=flush, fail_on_error=fail_on_error)
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise OptionError(f"{what}: tags must be a list of strings")
+    return list(value)
+
+
+# -- LangSmith -----------------------------------------------------------------------------
+
+
+class _LangSmith(_Backend):
+    def __init__(self, client: Any, project_name: str | None, tags: list[str]) -> None:
+        from langsmith import RunTree
+
+        self._run_tree = RunTree
+        self._client = client
+        self._project = project_name
+        self._tags = tags
+
+    def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
+        seed = f"{event.run_id}/resumed/{event.seq}" if resumed else event.run_id
+        extra = {"metadata": {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}}
+        if resumed:
+            extra["metadata"]["resumed"] = True
+        kwargs: dict[str, Any] = {"project_name": self._project} if self._project else {}
+        run = self._run_tree(
+            id=uuid.uuid5(_NAMESPACE, seed),
+            name=name,
+            run_type="chain",
+            inputs=inputs,
+            tags=list(self._tags),
+            extra=extra,
+            ls_client=self._client,
+            **kwargs,
+        )
+        run.post()
+        return run
+
+    def child(
+        self, root: Any, event: TraceEvent, kind: str, name: str, inputs: Any, model: str | None
+    ) -> Any:
+        extra = {"metadata": {"agent_session_id": event.session_id}}
+        if model:
+            extra["metadata"]["ls_model_name"] = model
+        run = root.create_child(
+            name,
+            run_type=kind,
+            run_id=uuid.uuid5(_NAMESPACE, f"{event.run_id}/{event.seq}"),
+            inputs=inputs if isinstance(inputs, dict) else {"input": inputs},
+            extra=extra,
+            tags=list(self._tags),
+        )
+        run.post()
+        return run
+
+    def end(
+        self, run: Any, outputs: Any, *, error: str | None = None, usage: Mapping[str, Any] | None
+    ) -> None:
+        outputs = dict(outputs or {})
+        if usage:
+            tokens_in, tokens_out = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+            outputs["usage_metadata"] = {
+                "input_tokens": tokens_in,
+                "output_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            }
+        run.end(outputs=outputs, error=error)
+        run.patch()
+
+    def flush(self) -> None:
+        self._client.flush()
+
+
+def create_langsmith_context_tracer(
+    *,
+    api_key: str | None = None,
+    api_url: str | None = None,
+    project_name: str | None = None,
+    workspace_id: str | None = None,
+    tags: Sequence[str] | None = None,
+    client: Any = None,
+    fail_on_error: bool = False,
+) -> ContextTracer:
+    """One LangSmith root chain run per query; model turns as ``llm`` runs and tool calls as
+    ``tool`` runs beneath it. Values default to LangSmith's environment variables
+    (``LANGSMITH_API_KEY``, ``LANGSMITH_ENDPOINT``, ``LANGSMITH_PROJECT``,
+    ``LANGSMITH_WORKSPACE_ID``); ``client`` injects a configured ``langsmith.Client``.
+    ``await tracer.close()`` before a short-lived process exits."""
+    tag_list = _strings(tags, "create_langsmith_context_tracer()")
+    try:
+        from langsmith import Client
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            'the LangSmith tracer needs the "langsmith" package: pip install "agent-lattice[langsmith]"'
+        ) from None
+    if client is None:
+        kwargs = {"api_key": api_key, "api_url": api_url, "workspace_id": workspace_id}
+        client = Client(**{k: v for k, v in kwargs.items() if v is not None})
+    elif any(v is not None for v in (api_key, api_url, workspace_id)):
+        raise OptionError(
+            "create_langsmith_context_tracer(): pass either client or api_key/api_url/workspace_id"
+        )
+    backend = _LangSmith(client, project_name, tag_list)
+    return _tracer(_RunMapper(backend), backend, fail_on_error)
+
+
+# -- Langfuse ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Observation:
+    span: Any
+    kind: str
+    trace_name: str
+
+
+class _Langfuse(_Backend):
+    def __init__(self, client: Any, trace_name: str | None, tags: list[str]) -> None:
+        from langfuse import propagate_attributes
+
+        self._client = client
+        self._propagate = propagate_attributes
+        self._trace_name = trace_name
+        self._tags = tags
+
+    def _attributes(self, event: TraceEvent, trace_name: str) -> Any:
+        return self._propagate(
+            session_id=event.session_id, tags=self._tags or None, trace_name=trace_name
+        )
+
+    def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
+        trace_name = self._trace_name or name
+        metadata = {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}
+        if resumed:
+            metadata["resumed"] = True
+        with self._attributes(event, trace_name):
+            span = self._client.start_observation(
+                trace_context={"trace_id": self._client.create_trace_id(seed=event.run_id)},
+                name=name,
+                as_type="chain",
+                input=inputs,
+                metadata=metadata,
+            )
+        return _Observation(span, "chain", trace_name)
+
+    def child(
+        self, root: Any, event: TraceEvent, kind: str, name: str, inputs: Any, model: str | None
+    ) -> Any:
+        with self._attributes(event, root.trace_name):
+            if kind == "llm":
+                span = root.span.start_observation(
+                    name=name, as_type="generation", input=inputs, model=model
+                )
+                return _Observation(span, "generation", root.trace_name)
+            span = root.span.start_observation(name=name, as_type="tool", input=inputs)
+            return _Observation(span, "tool", root.trace_name)
+
+    def end(
+        self, run: Any, outputs: Any, *, error: str | None = None, usage: Mapping[str, Any] | None
+    ) -> None:
+        update: dict[str, Any] = {"output": outputs}
+        if error is not None:
+            update.update(level="ERROR", status_message=error)
+        if usage and run.kind == "generation":
+            update["usage_details"] = {
+                "input": int(usage.get("input_tokens", 0)),
+                "output": int(usage.get("output_tokens", 0)),
+            }
+        run.span.update(**update)
+        run.span.end()
+
+    def flush(self) -> None:
+        self._client.flush()
+
+
+def create_langfuse_context_tracer(
+    *,
+    client: Any = None,
+    tags: Sequence[str] | None = None,
+    trace_name: str | None = None,
+    fail_on_error: bool = False,
+) -> ContextTracer:
+    """One Langfuse trace per query: the run is a root ``chain`` observation carrying the trace
+    name (default: the agent's name), session id and tags; model turns are child
+    ``generation`` observations, tool calls child ``tool`` observations. ``client`` is a
+    ``langfuse.Langfuse`` (default: ``get_client()``, configured from ``LANGFUSE_PUBLIC_KEY``,
+    ``LANGFUSE_SECRET_KEY``, ``LANGFUSE_BASE_URL``). ``await tracer.flush()``/``close()`` drains
+    the span exporter before a short-lived process exits."""
+    tag_list = _strings(tags, "create_langfuse_context_tracer()")
+    try:
+        from langfuse import get_client
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            'the Langfuse tracer needs the "langfuse" package: pip install "agent-lattice[langfuse]"'
+        ) from None
+    backend = _Langfuse(client if client is not None else get_client(), trace_name, tag_list)
+    return _tracer(_RunMapper(backend), backend, fail_on_error)
