@@ -10,7 +10,7 @@ import pytest
 
 from agent_lattice import OptionError, ToolResult, create_agent, tool
 from agent_lattice.providers import ModelRequest
-from agent_lattice.testing import Script, assert_eventually, hang, text, tool_use
+from agent_lattice.testing import Script, hang, text, tool_use
 
 from conftest import Expr
 
@@ -52,6 +52,7 @@ async def test_query_deadline_aborts_running_tools(make_agent, fake_anthropic):
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
+            await asyncio.sleep(0.3)  # cleanup the run waits for
             cancelled.append(input.expr)
             raise
         return ToolResult(content="late")
@@ -63,9 +64,10 @@ async def test_query_deadline_aborts_running_tools(make_agent, fake_anthropic):
 
     assert result.subtype == "error_abort" and result.error.type == "AbortError"
     assert len(fake_anthropic.requests) == 1
+    # the running handler was cancelled, and the run waited for it to settle
+    assert cancelled == ["x"]
     history = await agent.get_history()
     assert history[-1].content[0].is_error is True  # the aborted call still got its result
-    await assert_eventually(lambda: cancelled == ["x"])  # the running handler was cancelled
 
 
 async def test_cancelling_the_caller_aborts_the_run(make_agent, fake_anthropic):

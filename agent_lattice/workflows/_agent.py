@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from .._loop import (
@@ -320,6 +321,8 @@ class AgentWorkflow:
                         non_retryable_error_types=["AgentNotRegistered", "HookError"]
                     ),
                     summary=f"{input.agent.name} · tool {name}",
+                    # an abort waits for a started handler to settle (seeds: Concurrent tools)
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 )
             return await workflow.execute_activity(
                 TOOL_ACTIVITY,
@@ -333,6 +336,7 @@ class AgentWorkflow:
                     non_retryable_error_types=["AgentNotRegistered", "HookError"],
                 ),
                 summary=f"{input.agent.name} · tool {name}",
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except (ActivityError, ApplicationError) as err:
             if _error_info(err).type in ("HookError", "TracerError"):
