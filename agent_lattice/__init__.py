@@ -12,6 +12,7 @@ from ._errors import (
     APIError,
     ConcurrentQueryError,
     ConfigurationError,
+    HistoryStoreError,
     HookError,
     LatticeError,
     MaxTurnsError,
@@ -19,6 +20,12 @@ from ._errors import (
     OptionError,
     TimeoutError,
     TracerError,
+)
+from ._history import (
+    HistoryStore,
+    create_jsonl_history_store,
+    create_postgres_history_store,
+    define_history_store,
 )
 from ._hooks import AgentHooks, ModelRequestContext, ToolResultContext, create_composite_agent_hooks
 from ._mcp import (
@@ -86,6 +93,8 @@ __all__ = [
     "ContextTracer",
     "DevServer",
     "ErrorInfo",
+    "HistoryStore",
+    "HistoryStoreError",
     "HookError",
     "LatticeError",
     "LatticePlugin",
@@ -128,12 +137,15 @@ __all__ = [
     "create_composite_agent_hooks",
     "create_composite_context_tracer",
     "create_jsonl_context_tracer",
+    "create_jsonl_history_store",
     "create_langfuse_context_tracer",
     "create_langsmith_context_tracer",
     "create_mcp_tools",
+    "create_postgres_history_store",
     "create_worker",
     "define_agent",
     "define_context_tracer",
+    "define_history_store",
     "get_default_runtime",
     "load_skill",
     "set_default_runtime",

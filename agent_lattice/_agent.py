@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._errors import ConcurrentQueryError, OptionError
+from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
@@ -60,6 +61,7 @@ AGENT_OPTIONS = frozenset(
         "request_timeout_ms",
         "skills",
         "tracer",
+        "history_store",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -151,6 +153,7 @@ class AgentConfig:
     request_timeout_ms: int | None = None
     skills: tuple[Skill, ...] = ()
     tracer: ContextTracer | None = None
+    history_store: HistoryStore | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -223,6 +226,7 @@ class AgentConfig:
             request_timeout_ms=options.get("request_timeout_ms"),
             skills=_skills(options.get("skills")),
             tracer=_tracer(options.get("tracer")),
+            history_store=check_history_store(options.get("history_store")),
         )
 
     def fingerprint(self) -> str:
@@ -271,6 +275,7 @@ class Agent:
             api_key=config.api_key, base_url=config.base_url
         )
         self._history: list[ModelMessage] = []
+        self._loaded = False  # the history store (or Temporal) was read, or history replaced
         self._queries = 0
         self._run: QueryRun | None = None
         self._runtime: Runtime | None = None
@@ -320,13 +325,35 @@ class Agent:
             )
         from .client._query import QueryRun
 
-        self._queries += 1
-        self._run = QueryRun(self, prompt, index=self._queries, **options)
+        self._run = QueryRun(self, prompt, **options)
         return self._run
 
-    def _finish(self, new_messages: list[ModelMessage]) -> None:
+    async def _prepare(self, runtime: Runtime) -> None:
+        """Before the first query: seed the history from the store, or else continue the
+        session from what Temporal holds (a new Agent over an earlier session id)."""
+        if self._loaded:
+            return
+        store = self.config.history_store
+        if store is not None:
+            self._history = await store.load()
+        else:
+            resumed = await runtime.session_state(self.name, self.session_id)
+            if resumed is not None:
+                self._history, self._queries = resumed
+        self._loaded = True
+
+    def _next_query(self) -> int:
+        """The next query's number in this session (its workflow id's suffix)."""
+        self._queries += 1
+        return self._queries
+
+    async def _finish(self, new_messages: list[ModelMessage]) -> None:
         self._history.extend(new_messages)
         self._run = None
+        store = self.config.history_store
+        if store is not None:
+            for message in new_messages:
+                await store.append(message)
 
     async def prompt(
         self, prompt: str | Sequence[Mapping[str, Any]], **options: Any
@@ -345,6 +372,21 @@ class Agent:
     async def get_history(self) -> list[ModelMessage]:
         """A copy of the conversation history."""
         return [m.model_copy(deep=True) for m in self._history]
+
+    async def replace_history(self, messages: Sequence[ModelMessage | Mapping[str, Any]]) -> None:
+        """Install ``messages`` as the conversation (idle only). The history store is replaced
+        too, and its lazy ``load()`` will not run. The host owns the content: it must be
+        well-formed (every tool_use answered by its tool_result)."""
+        if self._run is not None:
+            raise ConcurrentQueryError(
+                "replace_history() while a query is running; wait for it to finish"
+            )
+        history = as_messages(messages, where="replace_history()")
+        self._history = history
+        self._loaded = True
+        store = self.config.history_store
+        if store is not None:
+            await store.replace(history)
 
     @property
     def history(self) -> list[ModelMessage]:
@@ -374,17 +416,26 @@ class AgentSpec:
     options: Mapping[str, Any]
 
     def spawn(self, *, session_id: str | None = None) -> Agent:
-        return Agent(AgentConfig.from_options(self.options), session_id=session_id)
+        return Agent(AgentConfig.from_options(self.options), session_id=_session_id(session_id))
 
 
-def create_agent(**options: Any) -> Agent:
-    """Create a live agent session (one conversation, one history)."""
-    return Agent(AgentConfig.from_options(options))
+def create_agent(*, session_id: str | None = None, **options: Any) -> Agent:
+    """Create a live agent session (one conversation, one history). Pass the ``session_id``
+    of an earlier session to continue it (from its history store, else from Temporal)."""
+    return Agent(AgentConfig.from_options(options), session_id=_session_id(session_id))
 
 
-def create_bare_agent(**options: Any) -> Agent:
+def create_bare_agent(*, session_id: str | None = None, **options: Any) -> Agent:
     """Create an agent with exactly the prompt and tools you pass, nothing built in."""
-    return Agent(AgentConfig.from_options(options))
+    return Agent(AgentConfig.from_options(options), session_id=_session_id(session_id))
+
+
+def _session_id(value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
+        raise OptionError(
+            f"AgentOptions: session_id must contain only letters, digits, '_', '.' or '-'; got {value!r}"
+        )
+    return value
 
 
 def define_agent(**options: Any) -> AgentSpec:

@@ -29,6 +29,7 @@ __all__ = [
     "AgentRunError",
     "ConcurrentQueryError",
     "ConfigurationError",
+    "HistoryStoreError",
     "HookError",
     "LatticeError",
     "MaxTurnsError",
@@ -62,6 +63,10 @@ class HookError(LatticeError):
 
 class TracerError(LatticeError):
     """A tracer created with ``fail_on_error=True`` failed; the query stopped."""
+
+
+class HistoryStoreError(LatticeError):
+    """A history store created with ``fail_on_error=True`` failed."""
 
 
 class AgentRunError(LatticeError):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hypothesis  # noqa: F401 - imported before any thread starts (see below)
 import pytest
 from pydantic import BaseModel
 
@@ -7,6 +8,10 @@ from agent_lattice import ToolResult, create_agent, tool
 from agent_lattice.testing import FakeAnthropicServer
 
 pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
+
+# hypothesis's pytest plugin would otherwise import hypothesis at the end of the session, when
+# worker threads are alive; CPython 3.11's ast.parse (pytest's assertion rewriting) can fail
+# with "AST constructor recursion depth mismatch" then.
 
 API_KEY = "sk-ant-test-SECRET-4f2b9c"
 

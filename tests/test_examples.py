@@ -38,6 +38,11 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "deadlines.py": ("request_timeout_ms=500 -> error_timeout", "timeout=1.0 -> error_abort"),
     "langsmith_tracing.py": ("chain traced", "  llm model turn 1", "  tool lookup"),
     "langfuse_tracing.py": ("chain traced", "generation model turn 1", "tool lookup"),
+    "history_store.py": (
+        "Your name is Ada.",
+        "4 messages in ada.jsonl",
+        "after replace_history: 2",
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -56,7 +56,6 @@ class QueryRun:
         agent: Agent,
         prompt: str | Sequence[Mapping[str, Any]],
         *,
-        index: int,
         stream: bool = True,
         runtime: Runtime | None = None,
         output_format: Any = None,
@@ -81,7 +80,7 @@ class QueryRun:
         self.prompt: str | list[ContentBlock] = (
             prompt if isinstance(prompt, str) else _BLOCKS.validate_python(list(prompt))
         )
-        self.workflow_id = workflow_id_for(agent, index)
+        self.workflow_id = ""  # known once the session is prepared (see _start)
         self.stream = stream
         self._runtime = runtime
         self._handle: Any = None
@@ -103,6 +102,7 @@ class QueryRun:
 
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
+        self.workflow_id = workflow_id_for(agent, agent._next_query())
         run_input = AgentRunInput(
             agent=agent_ref(agent),
             session_id=agent.session_id,
@@ -129,12 +129,15 @@ class QueryRun:
         if self._interrupt_requested:
             self._send_interrupt()
 
-    async def result(self, on_done: Callable[[list[ModelMessage]], None]) -> ResultMessage:
+    async def result(
+        self, on_done: Callable[[list[ModelMessage]], Awaitable[None]]
+    ) -> ResultMessage:
         """Run to the end without following the messages (what ``prompt()`` needs): no
         subscription and no live channel, just the workflow's result."""
         new_messages: list[ModelMessage] = []
         try:
             runtime = self._runtime or self.agent._runtime or await get_default_runtime()
+            await self.agent._prepare(runtime)
             await runtime.ensure_worker(self.agent)
             await self._start(runtime, None, None)
             try:
@@ -151,13 +154,13 @@ class QueryRun:
             return _raise_hook_failure(output.result)
         finally:
             self._done = True
-            on_done(new_messages)
+            await on_done(new_messages)
             for task in self._signals:
                 with contextlib.suppress(Exception):
                     await task
 
     async def messages(
-        self, on_done: Callable[[list[ModelMessage]], None]
+        self, on_done: Callable[[list[ModelMessage]], Awaitable[None]]
     ) -> AsyncIterator[SDKMessage]:
         new_messages: list[ModelMessage] = []
         try:
@@ -169,12 +172,13 @@ class QueryRun:
                     yield message
         finally:
             self._done = True
-            on_done(new_messages)
+            await on_done(new_messages)
 
     async def _run(
         self, runtime: Runtime, new_messages: list[ModelMessage]
     ) -> AsyncIterator[SDKMessage]:
         agent = self.agent
+        await agent._prepare(runtime)
         await runtime.ensure_worker(agent)
         queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_SIZE)
         session_id = agent.session_id

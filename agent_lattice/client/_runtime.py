@@ -21,12 +21,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.runtime import LoggingConfig, TelemetryConfig, TelemetryFilter
 from temporalio.runtime import Runtime as TemporalRuntime
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from .._errors import ConfigurationError
+from .._errors import ConcurrentQueryError, ConfigurationError
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
+    ModelMessage,
     ResultMessage,
     SDKMessage,
     SystemMessage,
@@ -291,6 +293,46 @@ class Runtime:
                 messages.append(UserMessage(message=message, session_id=run_input.session_id))
         messages.append(result)
         return messages
+
+    async def session_state(
+        self, agent_name: str, session_id: str
+    ) -> tuple[list[ModelMessage], int] | None:
+        """An earlier session's conversation as Temporal holds it, and how many queries it ran;
+        None for a new session. Query workflows are numbered ``<name>-<session>-<n>``: the
+        last one is found by probing (doubling, then bisecting), no visibility search needed."""
+
+        async def exists(n: int) -> bool:
+            try:
+                await self.client.get_workflow_handle(f"{agent_name}-{session_id}-{n}").describe()
+                return True
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return False
+                raise
+
+        if not await exists(1):
+            return None
+        low, high = 1, 2
+        while await exists(high):
+            low, high = high, high * 2
+        while high - low > 1:  # exists(low) and not exists(high)
+            mid = (low + high) // 2
+            low, high = (mid, high) if await exists(mid) else (low, mid)
+        workflow_id = f"{agent_name}-{session_id}-{low}"
+        handle = self.client.get_workflow_handle(workflow_id)
+        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+            raise ConcurrentQueryError(
+                f"session {session_id!r} has a query running ({workflow_id}); wait for it, or "
+                f"interrupt it with `lattice interrupt {workflow_id}`"
+            )
+        history = await handle.fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        (run_input,) = await self.client.data_converter.decode(
+            started.input.payloads, [AgentRunInput]
+        )
+        output = await self._output(workflow_id)
+        messages = list(run_input.history) + (output.new_messages if output else [])
+        return messages, low
 
     async def _output(self, workflow_id: str) -> AgentRunOutput | None:
         try:

@@ -4,6 +4,7 @@ Add the fixtures to a test suite with ``pytest_plugins = ["agent_lattice.testing
 in ``conftest.py`` (needs pytest-asyncio).
 """
 
+from ._conformance import SAMPLE_CONVERSATION, check_history_store_conformance
 from ._fake_ingest import FakeTracingServer
 from ._fake_server import (
     FakeAnthropicServer,
@@ -30,6 +31,7 @@ from ._helpers import FAST_SETTINGS, assert_eventually, collect
 
 __all__ = [
     "FAST_SETTINGS",
+    "SAMPLE_CONVERSATION",
     "FakeAnthropicServer",
     "FakeTracingServer",
     "Handler",
@@ -38,6 +40,7 @@ __all__ = [
     "Script",
     "ScriptExhaustedError",
     "assert_eventually",
+    "check_history_store_conformance",
     "collect",
     "disconnect",
     "error",
