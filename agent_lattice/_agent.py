@@ -23,6 +23,7 @@ from ._tracing import ContextTracer
 from .providers import AnthropicModelClient, ModelClient
 
 if TYPE_CHECKING:
+    from ._transcripts import TranscriptStore
     from .client._query import QueryRun
     from .client._runtime import Runtime
 
@@ -276,6 +277,8 @@ class Agent:
         )
         self._history: list[ModelMessage] = []
         self._loaded = False  # the history store (or Temporal) was read, or history replaced
+        # (len(history), transcript head) once the history is in the transcript store
+        self._head: tuple[int, str | None] | None = None
         self._queries = 0
         self._run: QueryRun | None = None
         self._runtime: Runtime | None = None
@@ -340,6 +343,7 @@ class Agent:
             resumed = await runtime.session_state(self.name, self.session_id)
             if resumed is not None:
                 self._history, self._queries = resumed
+        self._head = None
         self._loaded = True
 
     def _next_query(self) -> int:
@@ -347,9 +351,17 @@ class Agent:
         self._queries += 1
         return self._queries
 
+    async def _transcript_head(self, store: TranscriptStore) -> str | None:
+        """The transcript head of the history (stored on first use, then kept)."""
+        if self._head is None or self._head[0] != len(self._history):
+            self._head = (len(self._history), await store.append(None, self._history))
+        return self._head[1]
+
     async def _finish(self, new_messages: list[ModelMessage]) -> None:
+        run, self._run = self._run, None
         self._history.extend(new_messages)
-        self._run = None
+        final = run.final_head if run is not None else None
+        self._head = (len(self._history), final) if final is not None else None
         store = self.config.history_store
         if store is not None:
             for message in new_messages:
@@ -383,6 +395,7 @@ class Agent:
             )
         history = as_messages(messages, where="replace_history()")
         self._history = history
+        self._head = None
         self._loaded = True
         store = self.config.history_store
         if store is not None:

@@ -54,6 +54,9 @@ class ToolResultBlock(_Block):
     tool_use_id: str
     content: str | list[dict[str, Any]] = ""
     is_error: bool = False
+    # Set while a large result travels by reference (``content`` then holds a preview);
+    # resolved before a model request and before the caller sees the message.
+    content_ref: str | None = None
 
 
 class ThinkingBlock(_Block):
@@ -144,7 +147,12 @@ class ModelMessage(BaseModel):
         content: Any = (
             self.content
             if isinstance(self.content, str)
-            else [b.model_dump(mode="json", exclude_none=True) for b in self.content]
+            else [
+                b.model_dump(mode="json", exclude_none=True, exclude={"content_ref"})
+                if isinstance(b, ToolResultBlock)
+                else b.model_dump(mode="json", exclude_none=True)
+                for b in self.content
+            ]
         )
         return {"role": self.role, "content": content}
 

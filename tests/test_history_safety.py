@@ -57,7 +57,11 @@ async def test_fresh_histories_replay_and_hold_no_secret(
     assert all(r.api_key == API_KEY for r in fake_anthropic.requests)
 
 
-@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    sorted(HISTORIES.rglob("*.json")),
+    ids=lambda p: str(p.relative_to(HISTORIES).with_suffix("")),
+)
 async def test_committed_histories_replay(path):
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     await replayer().replay_workflow(history)

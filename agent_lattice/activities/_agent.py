@@ -21,6 +21,7 @@ from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
 from .._tracing import TraceEvent
+from .._transcripts import TranscriptMissing, TranscriptStore, hydrate, open_transcript_store
 from ..providers import ModelRequest, ProviderError
 from ..workflows._types import (
     ModelCallInput,
@@ -42,8 +43,26 @@ T = TypeVar("T")
 class AgentActivities:
     """The activities of every agent a worker serves; holds the registry it resolves keys in."""
 
-    def __init__(self, registry: AgentRegistry) -> None:
+    def __init__(self, registry: AgentRegistry, transcripts: TranscriptStore | None = None) -> None:
         self._registry = registry
+        self._transcript_store = transcripts
+
+    @property
+    def _transcripts(self) -> TranscriptStore:
+        if self._transcript_store is None:
+            self._transcript_store = open_transcript_store()
+        return self._transcript_store
+
+    async def _transcript(
+        self, head: str | None, unsent: list[ModelMessage]
+    ) -> tuple[str | None, list[ModelMessage]]:
+        """Store the unsent messages after ``head``; the new head and the whole transcript."""
+        store = self._transcripts
+        try:
+            head = await store.append(head, unsent)
+            return head, await hydrate(await store.messages(head), store)
+        except TranscriptMissing as err:
+            raise ApplicationError(str(err), type="TranscriptMissing", non_retryable=True) from None
 
     def _agent(self, key: str, session_id: str) -> Agent:
         agent = self._registry.get(key, session_id)
@@ -60,8 +79,9 @@ class AgentActivities:
     async def model_request(self, input: ModelCallInput) -> ModelCallOutput:
         agent = self._agent(input.agent_key, input.session_id)
         config = agent.config
+        request_head, transcript = await self._transcript(input.head, input.unsent)
         shaped = ModelRequestContext(
-            messages=[m.model_copy(deep=True) for m in input.messages],
+            messages=transcript,
             system_prompt=_system_prompt(agent),
             turn=input.turn,
         )
@@ -116,7 +136,10 @@ class AgentActivities:
                 config.tool_batch_policy, BatchPolicyRequest(calls)
             )
             rejection = dataclasses.asdict(decision) if decision is not None else None
+        reply_head = await self._transcripts.append(request_head, [message])
         return ModelCallOutput(
+            request_head=request_head,
+            head=reply_head,
             message=message,
             concurrency_safe=_concurrency_safe(agent, message),
             batch_rejection=rejection,
@@ -163,7 +186,11 @@ class AgentActivities:
                         )
                     )
                 )
-        await tracer.emit("tool_result", **block.model_dump(mode="json", exclude={"type"}))
+        await tracer.emit(
+            "tool_result", **block.model_dump(mode="json", exclude={"type", "content_ref"})
+        )
+        if not result.end_turn:  # a large result enters workflow history as a reference
+            block = await self._transcripts.externalize(block)
         return ToolCallOutput(
             block=block,
             end_turn=result.end_turn,
@@ -192,7 +219,11 @@ class AgentActivities:
         agent = self._agent(input.agent_key, input.session_id)
         for item in input.events:
             tracer = _Tracer(agent, input.session_id, input.run_id, item["seq"])
-            await tracer.emit(item["type"], **item.get("data", {}))
+            data = dict(item.get("data", {}))
+            if "content_head" in data:  # a large prompt: read it from the transcript
+                last = (await self._transcripts.messages(data.pop("content_head")))[-1]
+                data["content"] = last.to_wire()["content"]
+            await tracer.emit(item["type"], **data)
 
 
 class _Tracer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from temporalio.common import WorkflowIDReusePolicy
 
 from .._errors import HookError, TracerError
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
+from .._transcripts import INLINE_LIMIT
 from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput, RequestOptions
 from ._runtime import Runtime, get_default_runtime
 
@@ -87,6 +89,7 @@ class QueryRun:
         self._interrupt_requested = False
         self._done = False
         self._signals: list[asyncio.Task[None]] = []
+        self.final_head: str | None = None  # the transcript after the run, once it ended
 
     def interrupt(self) -> bool:
         if self._done:
@@ -103,11 +106,20 @@ class QueryRun:
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
         self.workflow_id = workflow_id_for(agent, agent._next_query())
+        # The conversation travels by reference: the workflow gets the transcript's head.
+        store = runtime.transcripts
+        prompt_message = ModelMessage(role="user", content=self.prompt)
+        head = await store.append(await agent._transcript_head(store), [prompt_message])
+        prompt_json = json.dumps(prompt_message.to_wire()["content"], ensure_ascii=False)
+        large = len(prompt_json) > INLINE_LIMIT
         run_input = AgentRunInput(
             agent=agent_ref(agent),
             session_id=agent.session_id,
-            prompt=self.prompt,
-            history=agent.history,
+            prompt=prompt_json[:160] + f"… [{len(prompt_json)} characters]"
+            if large
+            else self.prompt,
+            head=head,
+            prompt_in_head=large,
             stream=self.stream,
             stream_to=stream_to,
             stream_channel=channel,
@@ -146,11 +158,11 @@ class QueryRun:
                 # The caller cancelled: abort the run and keep the turns it completed.
                 self._cancelled = True
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._abandon(new_messages))
+                    await asyncio.shield(self._abandon(runtime, new_messages))
                 raise
             except WorkflowFailureError:
                 return await runtime.outcome(self.workflow_id)
-            new_messages.extend(output.new_messages)
+            await self._collect(runtime, output, new_messages)
             return _raise_hook_failure(output.result)
         finally:
             self._done = True
@@ -231,7 +243,7 @@ class QueryRun:
                     continue
                 if isinstance(item, ResultMessage):
                     finished = True
-                    new_messages.extend(await self._new_messages())
+                    await self._collect(runtime, await self._output(), new_messages)
                     _raise_hook_failure(item)
                     for _, event in held:
                         yield event
@@ -250,24 +262,33 @@ class QueryRun:
             if not finished:
                 # The caller stopped reading: end the run and keep the turns it completed.
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._abandon(new_messages))
+                    await asyncio.shield(self._abandon(runtime, new_messages))
             for task in self._signals:
                 with contextlib.suppress(Exception):
                     await task
 
-    async def _new_messages(self) -> list[ModelMessage]:
+    async def _output(self) -> AgentRunOutput | None:
         try:
-            output: AgentRunOutput = await self._handle.result()
+            return await self._handle.result()
         except Exception:
-            return []
-        return output.new_messages
+            return None
 
-    async def _abandon(self, new_messages: list[ModelMessage]) -> None:
+    async def _collect(
+        self, runtime: Runtime, output: AgentRunOutput | None, new_messages: list[ModelMessage]
+    ) -> None:
+        """The messages the run added (resolved from the transcript) and its final head."""
+        if output is None:
+            return
+        _, added, self.final_head = await runtime.run_transcript(output)
+        new_messages.extend(added)
+
+    async def _abandon(self, runtime: Runtime, new_messages: list[ModelMessage]) -> None:
         """End a run its caller left: a cancelled caller aborts it (``error_abort``), one that
         stopped reading interrupts it; either way its completed turns are kept."""
         with contextlib.suppress(Exception):
             await self._handle.signal("abort" if self._cancelled else "interrupt")
-        new_messages.extend(await asyncio.wait_for(self._new_messages(), 30))
+        output = await asyncio.wait_for(self._output(), 30)
+        await self._collect(runtime, output, new_messages)
 
 
 def _raise_hook_failure(result: ResultMessage) -> ResultMessage:

@@ -35,6 +35,7 @@ from .._messages import (
     UserMessage,
 )
 from .._streaming import StreamReceiver
+from .._transcripts import TranscriptStore, hydrate, open_transcript_store
 from ..worker._plugin import LatticePlugin
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
@@ -119,6 +120,7 @@ class Runtime:
         self.settings = settings or ActivitySettings()
         self.server = server
         self._registry = AgentRegistry()
+        self._transcripts: TranscriptStore | None = None
         self._workers: dict[str, tuple[Worker, asyncio.Task[None]]] = {}
         # Inline workers serve this process's agent objects (their tools, keys and clients):
         # their task queues are private to the process, so no other process with a
@@ -247,7 +249,7 @@ class Runtime:
             async for item in stream.subscribe(
                 MESSAGES_TOPIC, from_offset=from_offset, poll_cooldown=_cooldown()
             ):
-                message = SDK_MESSAGE.validate_python(item.data)
+                message = await self.hydrated(SDK_MESSAGE.validate_python(item.data))
                 yield message
                 if isinstance(message, ResultMessage):
                     return
@@ -282,8 +284,9 @@ class Runtime:
             )
         ]
         output = await self._output(workflow_id)
+        added = (await self.run_transcript(output, run_input))[1] if output else []
         turn = 0
-        for message in output.new_messages[1:] if output else []:
+        for message in added[1:]:
             if message.role == "assistant":
                 turn += 1
                 messages.append(
@@ -293,6 +296,34 @@ class Runtime:
                 messages.append(UserMessage(message=message, session_id=run_input.session_id))
         messages.append(result)
         return messages
+
+    @property
+    def transcripts(self) -> TranscriptStore:
+        """Where this process reads and writes transcripts (see ``_transcripts``)."""
+        if self._transcripts is None:
+            self._transcripts = open_transcript_store()
+        return self._transcripts
+
+    async def run_transcript(
+        self, output: AgentRunOutput, run_input: AgentRunInput | None = None
+    ) -> tuple[list[ModelMessage], list[ModelMessage], str | None]:
+        """A finished run's whole conversation, the messages it added, and the final head.
+        Runs from before transcripts carry their messages by value (whole: with their input)."""
+        if output.head is None and not output.unsent:
+            before = list(run_input.history) if run_input is not None else []
+            return before + output.new_messages, list(output.new_messages), None
+        store = self.transcripts
+        head = await store.append(output.head, output.unsent)
+        messages = await hydrate(await store.messages(head), store)
+        return messages, messages[len(messages) - output.new_count :], head
+
+    async def hydrated(self, message: SDKMessage) -> SDKMessage:
+        """A user message with its tool results stored by reference resolved."""
+        if isinstance(message, UserMessage):
+            (resolved,) = await hydrate([message.message], self.transcripts)
+            if resolved is not message.message:
+                return message.model_copy(update={"message": resolved})
+        return message
 
     async def session_state(
         self, agent_name: str, session_id: str
@@ -331,7 +362,9 @@ class Runtime:
             started.input.payloads, [AgentRunInput]
         )
         output = await self._output(workflow_id)
-        messages = list(run_input.history) + (output.new_messages if output else [])
+        if output is None:  # the last query failed: the conversation as it went into it
+            return list(run_input.history), low
+        messages, _, _ = await self.run_transcript(output, run_input)
         return messages, low
 
     async def _output(self, workflow_id: str) -> AgentRunOutput | None:

@@ -99,8 +99,11 @@ class AgentWorkflow:
         agent, info = input.agent, workflow.info()
         self._input = input
         prompt = ModelMessage(role="user", content=input.prompt)
-        self._history = [*input.history, prompt]
-        self._new: list[ModelMessage] = [prompt]
+        # The transcript: a head in the transcript store, then messages not stored yet. Runs
+        # started before transcripts existed carry the history by value instead.
+        self._head = input.head
+        self._unsent: list[ModelMessage] = [] if input.head else [*input.history, prompt]
+        self._new_count = 1
         self._usage = Usage()
         self._stop_reason: str | None = None
         self._publish(
@@ -126,7 +129,12 @@ class AgentWorkflow:
                                 "workflow_id": info.workflow_id,
                             },
                         ),
-                        ("user_message", {"content": prompt.to_wire()["content"]}),
+                        (
+                            "user_message",
+                            {"content_head": input.head}
+                            if input.prompt_in_head
+                            else {"content": prompt.to_wire()["content"]},
+                        ),
                     ]
                 )
             except (
@@ -164,9 +172,11 @@ class AgentWorkflow:
                     )
                 return await self._finish("error_during_execution", error=info)
             reply = output.message
-            self._add(
-                reply,
-                AssistantMessage(message=reply, session_id=input.session_id, turn=self._turns),
+            head_before_reply = output.request_head
+            self._head, self._unsent = output.head, []
+            self._new_count += 1
+            self._publish(
+                AssistantMessage(message=reply, session_id=input.session_id, turn=self._turns)
             )
             if reply.usage is not None:
                 self._usage = self._usage + reply.usage
@@ -200,8 +210,8 @@ class AgentWorkflow:
                 # A hook (or a strict tracer) failed: host code, so the query stops. The turn's
                 # tool calls have no results, so the turn leaves the stored conversation: the
                 # next query must not send a tool_use without its tool_result.
-                self._history.pop()
-                self._new.pop()
+                self._head = head_before_reply
+                self._new_count -= 1
                 return await self._finish("error_during_execution", error=_error_info(err))
             results = ModelMessage(role="user", content=[o.block for o in outcomes])
             self._add(results, UserMessage(message=results, session_id=input.session_id))
@@ -224,7 +234,8 @@ class AgentWorkflow:
                     agent_key=input.agent.key,
                     session_id=input.session_id,
                     turn=self._turns,
-                    messages=self._history,
+                    head=self._head,
+                    unsent=self._unsent,
                     stream=input.stream,
                     stream_to=input.stream_to,
                     stream_channel=input.stream_channel,
@@ -437,8 +448,8 @@ class AgentWorkflow:
         )
 
     def _add(self, message: ModelMessage, event: AssistantMessage | UserMessage) -> None:
-        self._history.append(message)
-        self._new.append(message)
+        self._unsent.append(message)
+        self._new_count += 1
         self._publish(event)
 
     def _publish(self, message: object) -> None:
@@ -490,7 +501,9 @@ class AgentWorkflow:
         # Let subscribers collect the last messages before the run closes.
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return AgentRunOutput(result=message, new_messages=self._new)
+        return AgentRunOutput(
+            result=message, head=self._head, unsent=self._unsent, new_count=self._new_count
+        )
 
 
 _ABORTED = ErrorInfo(

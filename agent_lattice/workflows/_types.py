@@ -66,8 +66,13 @@ class RequestOptions(BaseModel):
 class AgentRunInput(BaseModel):
     agent: AgentRef
     session_id: str
+    # by value; a large prompt is in the transcript only (prompt_in_head) and this is a preview
     prompt: str | list[ContentBlock]
+    # the conversation before this query, by value: runs started before transcripts (legacy)
     history: list[ModelMessage] = Field(default_factory=list)
+    # the transcript head: the conversation so far, this query's prompt included
+    head: str | None = None
+    prompt_in_head: bool = False
     stream: bool = True
     stream_to: str | None = None
     stream_channel: str | None = None
@@ -80,14 +85,22 @@ class AgentRunInput(BaseModel):
 
 class AgentRunOutput(BaseModel):
     result: ResultMessage
-    new_messages: list[ModelMessage]
+    # legacy runs: the new messages by value
+    new_messages: list[ModelMessage] = Field(default_factory=list)
+    # the transcript after the run: ``head`` plus ``unsent`` (messages made after the last
+    # model request, tool results by reference); the run added the last ``new_count``
+    head: str | None = None
+    unsent: list[ModelMessage] = Field(default_factory=list)
+    new_count: int = 0
 
 
 class ModelCallInput(BaseModel):
     agent_key: str
     session_id: str
     turn: int
-    messages: list[ModelMessage]
+    # the transcript: ``head`` (by reference) then ``unsent`` (by value, not yet stored)
+    head: str | None = None
+    unsent: list[ModelMessage] = Field(default_factory=list)
     stream: bool = True
     stream_to: str | None = None
     stream_channel: str | None = None
@@ -99,6 +112,9 @@ class ModelCallInput(BaseModel):
 
 class ModelCallOutput(BaseModel):
     message: ModelMessage
+    # the transcript as sent (head plus the unsent messages), then with ``message`` appended
+    request_head: str | None = None
+    head: str | None = None
     # tool_use ids that may run beside others (the agent's concurrency mode applied)
     concurrency_safe: list[str] = Field(default_factory=list)
     # set when the host's batch policy rejected the batch: no call may run

@@ -1,0 +1,298 @@
+"""Transcript store: the conversation by reference, so Temporal history grows linearly.
+
+A query's workflow never carries the transcript. It holds a *head*: a content-addressed link
+naming the last message and, through its parent link, every message before it
+(``head = sha256(parent + sha256(message))``). The model activity loads the transcript from the
+head, appends what is new, and returns the new head; only new content enters workflow history.
+Large tool results are stored once as blobs and travel as references
+(:attr:`ToolResultBlock.content_ref`), resolved again before a model request and before the
+caller sees them.
+
+Writes are idempotent (the same content gives the same keys), so an activity retried after a
+crash writes nothing twice. Where it lives: SQLite under ``LATTICE_HOME`` by default (every
+process on one machine shares it); set ``LATTICE_TRANSCRIPT_DSN=postgresql://...`` when
+workers run on several hosts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigurationError
+from ._messages import ModelMessage, ToolResultBlock
+
+__all__ = [
+    "INLINE_LIMIT",
+    "TranscriptMissing",
+    "TranscriptStore",
+    "hydrate",
+    "open_transcript_store",
+]
+
+# Tool results (and prompts) longer than this many characters of JSON travel by reference.
+INLINE_LIMIT = int(os.environ.get("LATTICE_INLINE_LIMIT", "2048"))
+_PREVIEW = 160
+
+
+class TranscriptMissing(LookupError):
+    """A head or blob this process's store does not hold (workers and clients must share it)."""
+
+
+def _digest(data: str) -> str:
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def _message_json(message: ModelMessage) -> str:
+    return json.dumps(
+        message.model_dump(mode="json", exclude_none=True), sort_keys=True, ensure_ascii=False
+    )
+
+
+class TranscriptStore:
+    """Content-addressed messages and blobs. Subclasses provide the four primitives."""
+
+    async def append(self, head: str | None, messages: Sequence[ModelMessage]) -> str | None:
+        """Store ``messages`` after ``head``; returns the new head (``head`` if none)."""
+        links: list[tuple[str, str | None, str, str]] = []
+        for message in messages:
+            body = _message_json(message)
+            chunk = _digest(body)
+            new_head = _digest(f"{head or ''}/{chunk}")
+            links.append((new_head, head, chunk, body))
+            head = new_head
+        if links:
+            await asyncio.to_thread(self._put_links, links)
+        return head
+
+    async def messages(self, head: str | None) -> list[ModelMessage]:
+        """Every message up to and including ``head``, oldest first."""
+        if head is None:
+            return []
+        bodies = await asyncio.to_thread(self._chain, head)
+        if bodies is None:
+            raise TranscriptMissing(_missing("transcript", head))
+        return [ModelMessage.model_validate_json(b) for b in bodies]
+
+    async def put_blob(self, data: str) -> str:
+        ref = _digest(data)
+        await asyncio.to_thread(self._put_blob, ref, data)
+        return ref
+
+    async def get_blob(self, ref: str) -> str:
+        data = await asyncio.to_thread(self._get_blob, ref)
+        if data is None:
+            raise TranscriptMissing(_missing("tool result", ref))
+        return data
+
+    async def externalize(self, block: ToolResultBlock) -> ToolResultBlock:
+        """A large result as a reference with a short preview; small ones unchanged."""
+        data = json.dumps(block.content, ensure_ascii=False)
+        if len(data) <= INLINE_LIMIT or block.content_ref is not None:
+            return block
+        ref = await self.put_blob(data)
+        text = block.content if isinstance(block.content, str) else data
+        preview = text[:_PREVIEW] + f"… [{len(data)} characters stored by reference]"
+        return block.model_copy(update={"content": preview, "content_ref": ref})
+
+    # primitives ------------------------------------------------------------------------------
+
+    def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
+        raise NotImplementedError
+
+    def _chain(self, head: str) -> list[str] | None:
+        raise NotImplementedError
+
+    def _put_blob(self, ref: str, data: str) -> None:
+        raise NotImplementedError
+
+    def _get_blob(self, ref: str) -> str | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _missing(what: str, key: str) -> str:
+    return (
+        f"{what} {key[:12]}… is not in this process's transcript store: the client and every "
+        "worker must share one (same LATTICE_HOME on one machine, or LATTICE_TRANSCRIPT_DSN)"
+    )
+
+
+_CHAIN_SQL = """
+WITH RECURSIVE chain(head, parent, chunk, depth) AS (
+    SELECT head, parent, chunk, 0 FROM lattice_links WHERE head = {p}
+    UNION ALL
+    SELECT l.head, l.parent, l.chunk, c.depth + 1
+    FROM lattice_links l JOIN chain c ON l.head = c.parent
+)
+SELECT b.body FROM chain c JOIN lattice_chunks b ON b.hash = c.chunk ORDER BY c.depth DESC
+"""
+
+
+class SqliteTranscriptStore(TranscriptStore):
+    """The embedded default: one SQLite file (WAL) shared by the processes of a machine."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(
+                "CREATE TABLE IF NOT EXISTS lattice_chunks (hash TEXT PRIMARY KEY, body TEXT NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS lattice_links (head TEXT PRIMARY KEY, parent TEXT,"
+                " chunk TEXT NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS lattice_blobs (ref TEXT PRIMARY KEY, data TEXT NOT NULL);"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
+        db = self._connect()
+        with db:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT OR IGNORE INTO lattice_chunks (hash, body) VALUES (?, ?)",
+                [(chunk, body) for _, _, chunk, body in links],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO lattice_links (head, parent, chunk) VALUES (?, ?, ?)",
+                [(head, parent, chunk) for head, parent, chunk, _ in links],
+            )
+
+    def _chain(self, head: str) -> list[str] | None:
+        rows = self._connect().execute(_CHAIN_SQL.format(p="?"), (head,)).fetchall()
+        return [r[0] for r in rows] or None
+
+    def _put_blob(self, ref: str, data: str) -> None:
+        self._connect().execute(
+            "INSERT OR IGNORE INTO lattice_blobs (ref, data) VALUES (?, ?)", (ref, data)
+        )
+
+    def _get_blob(self, ref: str) -> str | None:
+        row = (
+            self._connect()
+            .execute("SELECT data FROM lattice_blobs WHERE ref = ?", (ref,))
+            .fetchone()
+        )
+        return row[0] if row else None
+
+
+class PostgresTranscriptStore(TranscriptStore):
+    """For workers on several hosts (``LATTICE_TRANSCRIPT_DSN``); needs psycopg."""
+
+    def __init__(self, dsn: str) -> None:
+        try:
+            import psycopg
+        except ImportError:  # pragma: no cover - depends on the install
+            raise ConfigurationError(
+                'LATTICE_TRANSCRIPT_DSN needs psycopg: pip install "agent-lattice[postgres]"'
+            ) from None
+        self._psycopg = psycopg
+        self._dsn = dsn
+        self._local = threading.local()
+        with self._connect().cursor() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS lattice_chunks (hash text PRIMARY KEY, body text NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS lattice_links (head text PRIMARY KEY, parent text,"
+                " chunk text NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS lattice_blobs (ref text PRIMARY KEY, data text NOT NULL);"
+            )
+
+    def _connect(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            conn = self._psycopg.connect(self._dsn, autocommit=True)
+            self._local.conn = conn
+        return conn
+
+    def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
+        conn = self._connect()
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO lattice_chunks (hash, body) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                [(chunk, body) for _, _, chunk, body in links],
+            )
+            cur.executemany(
+                "INSERT INTO lattice_links (head, parent, chunk) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                [(head, parent, chunk) for head, parent, chunk, _ in links],
+            )
+
+    def _chain(self, head: str) -> list[str] | None:
+        rows = self._connect().execute(_CHAIN_SQL.format(p="%s"), (head,)).fetchall()
+        return [r[0] for r in rows] or None
+
+    def _put_blob(self, ref: str, data: str) -> None:
+        self._connect().execute(
+            "INSERT INTO lattice_blobs (ref, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (ref, data),
+        )
+
+    def _get_blob(self, ref: str) -> str | None:
+        row = (
+            self._connect()
+            .execute("SELECT data FROM lattice_blobs WHERE ref = %s", (ref,))
+            .fetchone()
+        )
+        return row[0] if row else None
+
+
+_STORES: dict[str, TranscriptStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def open_transcript_store(home: Path | None = None) -> TranscriptStore:
+    """This process's store: ``LATTICE_TRANSCRIPT_DSN`` (Postgres) or SQLite in ``home``
+    (default ``LATTICE_HOME``). One instance per location."""
+    dsn = os.environ.get("LATTICE_TRANSCRIPT_DSN")
+    if dsn:
+        key = f"pg:{dsn}"
+    else:
+        from .client._server import lattice_home
+
+        key = f"sqlite:{(home or lattice_home()) / 'transcripts.db'}"
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = (
+                PostgresTranscriptStore(dsn)
+                if dsn
+                else SqliteTranscriptStore(Path(key.removeprefix("sqlite:")))
+            )
+            _STORES[key] = store
+        return store
+
+
+async def hydrate(messages: Sequence[ModelMessage], store: TranscriptStore) -> list[ModelMessage]:
+    """The same messages with every tool result stored by reference resolved."""
+    out: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message.content, str) or not any(
+            isinstance(b, ToolResultBlock) and b.content_ref for b in message.content
+        ):
+            out.append(message)
+            continue
+        blocks = []
+        for block in message.content:
+            if isinstance(block, ToolResultBlock) and block.content_ref:
+                content = json.loads(await store.get_blob(block.content_ref))
+                block = block.model_copy(update={"content": content, "content_ref": None})
+            blocks.append(block)
+        out.append(message.model_copy(update={"content": blocks}))
+    return out
