@@ -6,6 +6,7 @@ activities, so a conversation survives a crashed process, worker or server.
 
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
 from ._batches import BatchPolicyRequest, ToolCallInfo
+from ._compaction import DEFAULT_COMPACTION_PROMPT
 from ._errors import (
     AbortError,
     AgentRunError,
@@ -76,6 +77,7 @@ from .worker import LatticePlugin, create_worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_COMPACTION_PROMPT",
     "SUBMIT_OUTPUT_TOOL_NAME",
     "APIError",
     "AbortError",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._batches import ToolConcurrency, batch_policy_validator
+from ._compaction import CompactionSettings
 from ._errors import ConcurrentQueryError, OptionError
 from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
@@ -63,6 +64,7 @@ AGENT_OPTIONS = frozenset(
         "skills",
         "tracer",
         "history_store",
+        "auto_compact",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -155,6 +157,7 @@ class AgentConfig:
     skills: tuple[Skill, ...] = ()
     tracer: ContextTracer | None = None
     history_store: HistoryStore | None = None
+    auto_compact: CompactionSettings | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -228,6 +231,7 @@ class AgentConfig:
             skills=_skills(options.get("skills")),
             tracer=_tracer(options.get("tracer")),
             history_store=check_history_store(options.get("history_store")),
+            auto_compact=CompactionSettings.from_option(options.get("auto_compact")),
         )
 
     def fingerprint(self) -> str:
@@ -359,13 +363,27 @@ class Agent:
 
     async def _finish(self, new_messages: list[ModelMessage]) -> None:
         run, self._run = self._run, None
+        store = self.config.history_store
+        if run is not None and run.transcript is not None:  # compacted: the history is rewritten
+            self._history = run.transcript
+            self._head = (len(self._history), run.final_head)
+            if store is not None:
+                await store.replace(self._history)
+            return
         self._history.extend(new_messages)
         final = run.final_head if run is not None else None
         self._head = (len(self._history), final) if final is not None else None
-        store = self.config.history_store
         if store is not None:
             for message in new_messages:
                 await store.append(message)
+
+    def _last_input_tokens(self) -> int:
+        """What the conversation's last model response reported reading (compaction trigger)."""
+        for message in reversed(self._history):
+            if message.role == "assistant" and message.usage is not None:
+                u = message.usage
+                return u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        return 0
 
     async def prompt(
         self, prompt: str | Sequence[Mapping[str, Any]], **options: Any

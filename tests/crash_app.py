@@ -59,13 +59,28 @@ def build_agent(base_url: str):
     )
 
 
+def build_compacting_agent(base_url: str):
+    return create_agent(
+        name="compacting",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        tools=[tool("record", "Record a note", Note, record)],
+        auto_compact={"threshold_tokens": 100, "keep_recent_messages": 2},
+    )
+
+
 async def _serve(address: str, base_url: str) -> None:
+    from contextlib import AsyncExitStack
+
     from agent_lattice.client import Runtime
     from agent_lattice.worker import create_workers
 
     runtime = await Runtime.connect(address, inline_workers=False)
-    (worker,) = create_workers(runtime.client, [build_agent(base_url)])
-    async with worker:
+    agents = [build_agent(base_url), build_compacting_agent(base_url)]
+    async with AsyncExitStack() as stack:
+        for worker in create_workers(runtime.client, agents):
+            await stack.enter_async_context(worker)
         print("ready", flush=True)
         await asyncio.Event().wait()
 

@@ -13,20 +13,21 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from agent_lattice import ResultMessage, StreamEventMessage
+from agent_lattice import DEFAULT_COMPACTION_PROMPT, ResultMessage, StreamEventMessage
 from agent_lattice.client import Runtime
 from agent_lattice.testing import (
     FAST_SETTINGS,
     RecordedRequest,
     Reply,
     assert_eventually,
+    hang,
     slow,
     text,
     tool_use,
 )
 
 from conftest import keep_history
-from crash_app import build_agent
+from crash_app import build_agent, build_compacting_agent
 
 HERE = Path(__file__).parent
 
@@ -159,3 +160,37 @@ async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
     ]
     assert len(fake_anthropic.requests) == 3  # no completed model call repeated
     await keep_history(remote_runtime, result.workflow_id, "crash_mid_tool")
+
+
+async def test_kill_mid_compaction_neither_loses_history_nor_compacts_twice(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    summaries: list[int] = []
+
+    def model(request: RecordedRequest) -> Reply:
+        if DEFAULT_COMPACTION_PROMPT in (request.last_user_text or ""):
+            summaries.append(request.index)
+            # the first summary request is killed while it waits; the retry answers
+            return hang(60) if len(summaries) == 1 else text("Summary: A was recorded.")
+        if not request.tool_results:
+            return tool_use("record", {"text": "A"}, usage={"input_tokens": 1000})
+        return text("done")
+
+    fake_anthropic.set_handler(model)
+    agent = build_compacting_agent(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(agent.prompt("Record A.", runtime=remote_runtime))
+
+    await assert_eventually(lambda: len(summaries) == 1, within=30)
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "done"
+    assert effects.read_text().splitlines() == ["record:A"]  # the tool never ran again
+    assert len(summaries) == 2  # the cut summary request was retried, once
+    history = await agent.get_history()
+    assert [m.role for m in history] == ["user", "assistant", "user", "assistant"]
+    assert "Summary: A was recorded." in history[0].blocks[0].text
+    assert sum("Summary:" in b.text for m in history for b in m.blocks if b.type == "text") == 1
+    assert history[2].content[0].content == "recorded A"  # the recent tool round is intact

@@ -43,6 +43,11 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "4 messages in ada.jsonl",
         "after replace_history: 2",
     ),
+    "auto_compact.py": (
+        "compacted 1 messages",
+        "Refactored: the handler now lives in handlers.py.",
+        "history now starts with the summary: True",
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 

@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
+from .._compaction import compacted_history, cut_point, summary_request
 from .._hooks import ModelRequestContext, ToolResultContext
 from .._loop import text_of
 from .._messages import ModelMessage, ToolResultBlock
@@ -24,6 +25,8 @@ from .._tracing import TraceEvent
 from .._transcripts import TranscriptMissing, TranscriptStore, hydrate, open_transcript_store
 from ..providers import ModelRequest, ProviderError
 from ..workflows._types import (
+    CompactInput,
+    CompactOutput,
     ModelCallInput,
     ModelCallOutput,
     ToolCallInput,
@@ -143,6 +146,39 @@ class AgentActivities:
             message=message,
             concurrency_safe=_concurrency_safe(agent, message),
             batch_rejection=rejection,
+        )
+
+    @activity.defn(name="lattice.compact")
+    async def compact(self, input: CompactInput) -> CompactOutput:
+        """Summarize the older part of the transcript; the new transcript's head (a durable
+        step: the workflow records the outcome, so a crash never compacts twice)."""
+        agent = self._agent(input.agent_key, input.session_id)
+        config = agent.config
+        _, transcript = await self._transcript(input.head, input.unsent)
+        cut = cut_point(transcript, input.keep_recent_messages)
+        if cut is None:
+            return CompactOutput()
+        request = ModelRequest(
+            model=config.model,
+            messages=summary_request(transcript[:cut], input.prompt),
+            system=config.system_prompt,
+            # the summarized turns may hold tool calls: the provider wants their definitions
+            tools=[t.spec() for t in config.tools],
+            max_tokens=config.max_tokens,
+            stream=False,
+            timeout_ms=input.timeout_ms,
+        )
+        async with _heartbeating(), _quiet_when_abandoned():
+            message = await _call_model(agent, request, None)
+        if not message.text.strip():
+            raise ApplicationError(
+                "compaction produced no summary", type="CompactionFailed", non_retryable=True
+            )
+        compacted = compacted_history(transcript, cut, message.text)
+        return CompactOutput(
+            head=await self._transcripts.append(None, compacted),
+            compacted_messages=cut,
+            usage=message.usage,
         )
 
     @activity.defn(name="lattice.tool_call")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,13 @@ from temporalio.common import WorkflowIDReusePolicy
 from .._errors import HookError, TracerError
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
 from .._transcripts import INLINE_LIMIT
-from ..workflows._types import AgentRef, AgentRunInput, AgentRunOutput, RequestOptions
+from ..workflows._types import (
+    AgentRef,
+    AgentRunInput,
+    AgentRunOutput,
+    CompactionRef,
+    RequestOptions,
+)
 from ._runtime import Runtime, get_default_runtime
 
 if TYPE_CHECKING:
@@ -43,6 +50,9 @@ def agent_ref(agent: Agent) -> AgentRef:
         max_concurrency=config.tool_concurrency.max_concurrency,
         result_hook=bool(config.hooks and config.hooks.on_tool_result),
         traced=config.tracer is not None,
+        compaction=CompactionRef(**dataclasses.asdict(config.auto_compact))
+        if config.auto_compact is not None
+        else None,
     )
 
 
@@ -90,6 +100,7 @@ class QueryRun:
         self._done = False
         self._signals: list[asyncio.Task[None]] = []
         self.final_head: str | None = None  # the transcript after the run, once it ended
+        self.transcript: list[ModelMessage] | None = None  # the whole of it, when compacted
 
     def interrupt(self) -> bool:
         if self._done:
@@ -120,6 +131,7 @@ class QueryRun:
             else self.prompt,
             head=head,
             prompt_in_head=large,
+            last_input_tokens=agent._last_input_tokens(),
             stream=self.stream,
             stream_to=stream_to,
             stream_channel=channel,
@@ -279,7 +291,9 @@ class QueryRun:
         """The messages the run added (resolved from the transcript) and its final head."""
         if output is None:
             return
-        _, added, self.final_head = await runtime.run_transcript(output)
+        transcript, added, self.final_head = await runtime.run_transcript(output)
+        if output.compacted:
+            self.transcript = transcript
         new_messages.extend(added)
 
     async def _abandon(self, runtime: Runtime, new_messages: list[ModelMessage]) -> None:

@@ -53,6 +53,7 @@ class LatticePlugin(SimplePlugin):
             activities=[
                 activities.model_request,
                 activities.tool_call,
+                activities.compact,
                 activities.tool_result_hooks,
                 activities.trace,
             ]

@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from .._compaction import is_context_overflow
     from .._loop import (
         batch_rejection,
         rejected_results,
@@ -40,6 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
+        CompactInput,
+        CompactOutput,
         ModelCallInput,
         ModelCallOutput,
         ToolCallInput,
@@ -53,6 +56,8 @@ MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
 HOOKS_ACTIVITY = "lattice.tool_result_hooks"
 TRACE_ACTIVITY = "lattice.trace"
+COMPACT_ACTIVITY = "lattice.compact"
+CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 
 
 @workflow.defn(name="AgentWorkflow")
@@ -104,6 +109,9 @@ class AgentWorkflow:
         self._head = input.head
         self._unsent: list[ModelMessage] = [] if input.head else [*input.history, prompt]
         self._new_count = 1
+        self._last_input_tokens = input.last_input_tokens
+        self._compacted = False
+        self._recovered = False  # overflow recovery is attempted once per query
         self._usage = Usage()
         self._stop_reason: str | None = None
         self._publish(
@@ -157,6 +165,10 @@ class AgentWorkflow:
                         message=f"reached max_turns ({agent.max_turns}) without a final answer",
                     ),
                 )
+            compaction = agent.compaction
+            if compaction is not None and self._last_input_tokens > compaction.threshold_tokens:
+                await self._compact()
+                continue  # an interrupt or abort during compaction is honoured first
             self._turns += 1
             try:
                 output = await self._request_model()
@@ -166,12 +178,22 @@ class AgentWorkflow:
                 if self._interrupted:
                     return await self._finish("interrupted")
                 info = _error_info(err)
+                if (
+                    info.type == "APIError"
+                    and is_context_overflow(info.status_code, info.message)
+                    and await self._recover()
+                ):
+                    continue
                 if info.type == "RequestTimeout":
                     return await self._finish(
                         "error_timeout", error=info.model_copy(update={"type": "TimeoutError"})
                     )
                 return await self._finish("error_during_execution", error=info)
             reply = output.message
+            if reply.stop_reason == CONTEXT_WINDOW_EXCEEDED:
+                self._head, self._unsent = output.request_head, []  # the reply is dropped
+                if await self._recover():
+                    continue
             head_before_reply = output.request_head
             self._head, self._unsent = output.head, []
             self._new_count += 1
@@ -180,6 +202,7 @@ class AgentWorkflow:
             )
             if reply.usage is not None:
                 self._usage = self._usage + reply.usage
+                self._last_input_tokens = _input_tokens(reply.usage)
             self._stop_reason = reply.stop_reason
             uses = reply.tool_uses
             if not uses:
@@ -224,6 +247,73 @@ class AgentWorkflow:
                     result=text_of(ending.block.content),
                     structured_result=ending.structured_result,
                 )
+
+    async def _recover(self) -> bool:
+        """The request overflowed the context window: compact, then retry the same turn.
+        Once per query, and only with auto_compact; False leaves the failure as it was."""
+        if self._input.agent.compaction is None or self._recovered:
+            return False
+        self._recovered = True
+        if not await self._compact():
+            return False
+        self._turns -= 1
+        return True
+
+    async def _compact(self) -> bool:
+        """Replace the older part of the transcript with a model-written summary (a durable
+        step). False when there was nothing safe to summarize or the summary failed."""
+        input, s = self._input, self._input.settings
+        compaction = input.agent.compaction
+        assert compaction is not None
+        self._last_input_tokens = 0
+        try:
+            out: CompactOutput = await workflow.execute_activity(
+                COMPACT_ACTIVITY,
+                CompactInput(
+                    agent_key=input.agent.key,
+                    session_id=input.session_id,
+                    head=self._head,
+                    unsent=self._unsent,
+                    keep_recent_messages=compaction.keep_recent_messages,
+                    prompt=compaction.prompt,
+                    timeout_ms=input.request.timeout_ms,
+                ),
+                result_type=CompactOutput,
+                start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
+                heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=s.retry_initial_s),
+                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
+                    maximum_attempts=s.model_max_attempts,
+                    non_retryable_error_types=[
+                        "ProviderRejected",
+                        "AgentNotRegistered",
+                        "CompactionFailed",
+                        "RequestTimeout",
+                    ],
+                ),
+                summary=f"{input.agent.name} · compaction",
+            )
+        except (ActivityError, ApplicationError, CancelledError, asyncio.CancelledError):
+            workflow.logger.warning("compaction failed; the conversation continues uncompacted")
+            return False
+        if out.head is None:
+            return False
+        self._head, self._unsent = out.head, []
+        self._compacted = True
+        if out.usage is not None:
+            self._usage = self._usage + out.usage
+        self._publish(
+            SystemMessage(
+                subtype="compaction",
+                session_id=input.session_id,
+                compacted_messages=out.compacted_messages,
+                usage=out.usage,
+                workflow_id=workflow.info().workflow_id,
+                run_id=workflow.info().run_id,
+            )
+        )
+        return True
 
     async def _request_model(self) -> ModelCallOutput:
         input, s = self._input, self._input.settings
@@ -502,13 +592,22 @@ class AgentWorkflow:
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return AgentRunOutput(
-            result=message, head=self._head, unsent=self._unsent, new_count=self._new_count
+            result=message,
+            head=self._head,
+            unsent=self._unsent,
+            new_count=self._new_count,
+            compacted=self._compacted,
         )
 
 
 _ABORTED = ErrorInfo(
     type="AbortError", message="the query was aborted (cancelled or past its deadline)"
 )
+
+
+def _input_tokens(usage: Usage) -> int:
+    """Everything the request read: fresh, cache-written and cache-read input tokens."""
+    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
 
 
 def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:

@@ -10,13 +10,23 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .._messages import ContentBlock, ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlock
+from .._messages import (
+    ContentBlock,
+    ModelMessage,
+    ResultMessage,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 
 __all__ = [
     "ActivitySettings",
     "AgentRef",
     "AgentRunInput",
     "AgentRunOutput",
+    "CompactInput",
+    "CompactOutput",
+    "CompactionRef",
     "ModelCallInput",
     "ModelCallOutput",
     "RequestOptions",
@@ -25,6 +35,14 @@ __all__ = [
     "ToolResultsHookInput",
     "TraceInput",
 ]
+
+
+class CompactionRef(BaseModel):
+    """``auto_compact`` as the workflow needs it."""
+
+    threshold_tokens: int
+    keep_recent_messages: int
+    prompt: str
 
 
 class AgentRef(BaseModel):
@@ -40,6 +58,7 @@ class AgentRef(BaseModel):
     max_concurrency: int = 10
     result_hook: bool = False
     traced: bool = False
+    compaction: CompactionRef | None = None
 
 
 class ActivitySettings(BaseModel):
@@ -73,6 +92,8 @@ class AgentRunInput(BaseModel):
     # the transcript head: the conversation so far, this query's prompt included
     head: str | None = None
     prompt_in_head: bool = False
+    # input tokens the conversation's last model response reported (the compaction trigger)
+    last_input_tokens: int = 0
     stream: bool = True
     stream_to: str | None = None
     stream_channel: str | None = None
@@ -92,6 +113,8 @@ class AgentRunOutput(BaseModel):
     head: str | None = None
     unsent: list[ModelMessage] = Field(default_factory=list)
     new_count: int = 0
+    # the run compacted the conversation: the transcript replaces the history
+    compacted: bool = False
 
 
 class ModelCallInput(BaseModel):
@@ -153,3 +176,20 @@ class ToolCallOutput(BaseModel):
     block: ToolResultBlock
     end_turn: bool = False
     structured_result: Any = None
+
+
+class CompactInput(BaseModel):
+    agent_key: str
+    session_id: str
+    head: str | None
+    unsent: list[ModelMessage] = Field(default_factory=list)
+    keep_recent_messages: int
+    prompt: str
+    timeout_ms: int | None = None
+
+
+class CompactOutput(BaseModel):
+    # None: nothing could be summarized (no safe cut); the transcript is unchanged
+    head: str | None = None
+    compacted_messages: int = 0
+    usage: Usage | None = None
