@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._tools import SUBMIT_OUTPUT_TOOL_NAME
     from ._types import (
+        ActivitySettings,
         AgentRunInput,
         AgentRunOutput,
         CompactInput,
@@ -281,17 +282,7 @@ class AgentWorkflow:
                 result_type=CompactOutput,
                 start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
                 heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=s.retry_initial_s),
-                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-                    maximum_attempts=s.model_max_attempts,
-                    non_retryable_error_types=[
-                        "ProviderRejected",
-                        "AgentNotRegistered",
-                        "CompactionFailed",
-                        "RequestTimeout",
-                    ],
-                ),
+                retry_policy=_model_retries(s, "CompactionFailed", "RequestTimeout"),
                 summary=f"{input.agent.name} · compaction",
             )
         except (ActivityError, ApplicationError, CancelledError, asyncio.CancelledError):
@@ -342,16 +333,7 @@ class AgentWorkflow:
                     else input.request.timeout_ms / 1000 + s.model_heartbeat_s
                 ),
                 heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=s.retry_initial_s),
-                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-                    maximum_attempts=s.model_max_attempts,
-                    non_retryable_error_types=[
-                        "ProviderRejected",
-                        "AgentNotRegistered",
-                        "HookError",
-                    ],
-                ),
+                retry_policy=_model_retries(s, "HookError"),
                 summary=f"{input.agent.name} · {input.agent.model} · turn {self._turns}",
             )
         )
@@ -603,6 +585,16 @@ class AgentWorkflow:
 _ABORTED = ErrorInfo(
     type="AbortError", message="the query was aborted (cancelled or past its deadline)"
 )
+
+
+def _model_retries(s: ActivitySettings, *non_retryable: str) -> RetryPolicy:
+    """Retries of a model call: Temporal owns them (the provider client's are off)."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=s.retry_initial_s),
+        maximum_interval=timedelta(seconds=s.retry_max_interval_s),
+        maximum_attempts=s.model_max_attempts,
+        non_retryable_error_types=["ProviderRejected", "AgentNotRegistered", *non_retryable],
+    )
 
 
 def _input_tokens(usage: Usage) -> int:
