@@ -61,3 +61,56 @@ async def test_transcript_does_not_grow_each_model_input(make_agent, fake_anthro
     # each model request carries a head and at most one turn of new content, never the transcript
     assert max(inputs) - min(inputs) < 1500, inputs
     assert len(fake_anthropic.requests[-1].messages) == 13  # the model did see all of it
+
+
+async def test_long_query_continues_as_new_invisibly(lattice_server, fake_anthropic, tmp_path):
+    from temporalio.client import WorkflowExecutionStatus
+
+    from agent_lattice import AssistantMessage, ResultMessage, Runtime, create_agent
+    from agent_lattice.testing import FAST_SETTINGS
+
+    runtime = await Runtime.connect(
+        lattice_server, settings=FAST_SETTINGS.model_copy(update={"turns_per_run": 3})
+    )
+    try:
+        fake_anthropic.set_handler(
+            Script(
+                *(
+                    tool_use("report", {"expr": str(i)}, usage={"input_tokens": 1})
+                    for i in range(7)
+                ),
+                text("all 7 done", usage={"input_tokens": 1}),
+            )
+        )
+        agent = create_agent(
+            api_key="k",
+            base_url=fake_anthropic.base_url,
+            model="claude-test",
+            name="marathon",
+            tools=[tool("report", "r", Expr, lambda e: f"report {e.expr}")],
+        ).bind_runtime(runtime)
+
+        messages = await collect(agent.query("Run 8 turns.", timeout=120))
+
+        result = messages[-1]
+        assert isinstance(result, ResultMessage)
+        assert result.subtype == "success" and result.result == "all 7 done"
+        assert result.num_turns == 8 and result.usage.input_tokens == 8
+        # the consumer saw every turn once, in order, across the runs
+        turns = [m.turn for m in messages if isinstance(m, AssistantMessage)]
+        assert turns == list(range(1, 9))
+        assert [m.type for m in messages if m.type != "stream_event"].count("system") == 1
+        history = await agent.get_history()
+        assert len(history) == 1 + 8 + 7
+        assert [r["content"] for r in fake_anthropic.requests[-1].tool_results] == ["report 6"]
+        # three runs: the first two continued as new
+        runs = [
+            e async for e in runtime.client.list_workflows(f"WorkflowId = '{result.workflow_id}'")
+        ]
+        statuses = sorted(r.status for r in runs)
+        assert statuses.count(WorkflowExecutionStatus.CONTINUED_AS_NEW) == 2, statuses
+        # a closed run still reads back whole
+        replay = [m async for m in runtime.durable_messages(result.workflow_id)]
+        assert [m.turn for m in replay if isinstance(m, AssistantMessage)] == list(range(1, 9))
+    finally:
+        await runtime.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunOutput,
         CompactInput,
         CompactOutput,
+        Continuation,
         ModelCallInput,
         ModelCallOutput,
         ToolCallInput,
@@ -59,21 +61,24 @@ HOOKS_ACTIVITY = "lattice.tool_result_hooks"
 TRACE_ACTIVITY = "lattice.trace"
 COMPACT_ACTIVITY = "lattice.compact"
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+# durable messages a run hands to its continuation (readers further behind re-read the record)
+STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
 class AgentWorkflow:
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
-        self._stream = WorkflowStream()
+        carried = input.continuation
+        self._stream = WorkflowStream(prior_state=carried.stream if carried else None)
         self._out = self._stream.topic(MESSAGES_TOPIC)
         self._interrupted = False
         self._aborted = False
         self._model_call: asyncio.Task[ModelCallOutput] | None = None
         self._tool_calls: set[asyncio.Task[ToolCallOutput]] = set()
-        self._turns = 0
-        self._published = 0
-        self._trace_seq = 0
+        self._turns = carried.turns if carried else 0
+        self._published = carried.published if carried else 0
+        self._trace_seq = carried.trace_seq if carried else 0
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -104,6 +109,10 @@ class AgentWorkflow:
     async def run(self, input: AgentRunInput) -> AgentRunOutput:
         agent, info = input.agent, workflow.info()
         self._input = input
+        self._turns_this_run = 0
+        if input.continuation is not None:
+            return await self._resume(input.continuation)
+        self._started_at = info.start_time
         prompt = ModelMessage(role="user", content=input.prompt)
         # The transcript: a head in the transcript store, then messages not stored yet. Runs
         # started before transcripts existed carry the history by value instead.
@@ -153,6 +162,53 @@ class AgentWorkflow:
                 return await self._finish("error_during_execution", error=_error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
+        return await self._loop()
+
+    async def _resume(self, carried: Continuation) -> AgentRunOutput:
+        """Pick a long query up where the previous run (before continue-as-new) left it."""
+        input = self._input
+        self._started_at = carried.started_at
+        self._head, self._unsent = carried.head, list(carried.unsent)
+        self._new_count = carried.new_count
+        self._last_input_tokens = carried.last_input_tokens
+        self._compacted, self._recovered = carried.compacted, carried.recovered
+        self._usage, self._stop_reason = carried.usage, carried.stop_reason
+        if input.deadline_s is not None:
+            left = input.deadline_s - (workflow.now() - carried.started_at).total_seconds()
+            self._deadline_timer = asyncio.ensure_future(self._deadline(max(left, 0.001)))
+        return await self._loop()
+
+    async def _continue_as_new(self) -> NoReturn:
+        """Hand the query to a fresh run before its history grows long: the conversation is
+        by reference already; the stream keeps its recent messages and offsets, so readers
+        (who follow the chain) see no seam."""
+        if self._published > STREAM_KEPT_ON_CONTINUE:
+            self._stream.truncate(self._published - STREAM_KEPT_ON_CONTINUE)
+        carried = Continuation(
+            head=self._head,
+            unsent=self._unsent,
+            turns=self._turns,
+            new_count=self._new_count,
+            usage=self._usage,
+            stop_reason=self._stop_reason,
+            last_input_tokens=self._last_input_tokens,
+            compacted=self._compacted,
+            recovered=self._recovered,
+            published=self._published,
+            trace_seq=self._trace_seq,
+            started_at=self._started_at,
+            runs=(self._input.continuation.runs if self._input.continuation else 1) + 1,
+        )
+        await self._stream.continue_as_new(
+            lambda state: [
+                self._input.model_copy(
+                    update={"continuation": carried.model_copy(update={"stream": state})}
+                )
+            ]
+        )
+
+    async def _loop(self) -> AgentRunOutput:
+        input, agent = self._input, self._input.agent
         while True:
             if self._aborted:
                 return await self._finish("error_abort", error=_ABORTED)
@@ -166,11 +222,17 @@ class AgentWorkflow:
                         message=f"reached max_turns ({agent.max_turns}) without a final answer",
                     ),
                 )
+            if (
+                self._turns_this_run >= input.settings.turns_per_run
+                or workflow.info().is_continue_as_new_suggested()
+            ):
+                await self._continue_as_new()
             compaction = agent.compaction
             if compaction is not None and self._last_input_tokens > compaction.threshold_tokens:
                 await self._compact()
                 continue  # an interrupt or abort during compaction is honoured first
             self._turns += 1
+            self._turns_this_run += 1
             try:
                 output = await self._request_model()
             except (ActivityError, CancelledError, asyncio.CancelledError) as err:
@@ -566,7 +628,7 @@ class AgentWorkflow:
             session_id=self._input.session_id,
             workflow_id=info.workflow_id,
             run_id=info.run_id,
-            duration_ms=int((workflow.now() - info.start_time).total_seconds() * 1000),
+            duration_ms=int((workflow.now() - self._started_at).total_seconds() * 1000),
             error=error,
         )
         self._publish(message)

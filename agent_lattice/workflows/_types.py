@@ -6,9 +6,11 @@ replaying.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from .._messages import (
     ContentBlock,
@@ -27,6 +29,7 @@ __all__ = [
     "CompactInput",
     "CompactOutput",
     "CompactionRef",
+    "Continuation",
     "ModelCallInput",
     "ModelCallOutput",
     "RequestOptions",
@@ -71,6 +74,8 @@ class ActivitySettings(BaseModel):
     tool_heartbeat_s: float = 20.0
     retry_initial_s: float = 1.0
     retry_max_interval_s: float = 60.0
+    # a query continues-as-new after this many turns in one run (or when Temporal suggests it)
+    turns_per_run: int = 200
 
 
 class RequestOptions(BaseModel):
@@ -80,6 +85,25 @@ class RequestOptions(BaseModel):
     thinking: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     timeout_ms: int | None = None
+
+
+class Continuation(BaseModel):
+    """A query's state carried across continue-as-new (the conversation stays by reference)."""
+
+    head: str | None
+    unsent: list[ModelMessage] = Field(default_factory=list)
+    turns: int
+    new_count: int
+    usage: Usage
+    stop_reason: str | None = None
+    last_input_tokens: int = 0
+    compacted: bool = False
+    recovered: bool = False
+    published: int
+    trace_seq: int
+    started_at: datetime
+    runs: int = 1
+    stream: WorkflowStreamState | None = None
 
 
 class AgentRunInput(BaseModel):
@@ -94,6 +118,8 @@ class AgentRunInput(BaseModel):
     prompt_in_head: bool = False
     # input tokens the conversation's last model response reported (the compaction trigger)
     last_input_tokens: int = 0
+    # set when a long query continued as new: where the previous run left off
+    continuation: Continuation | None = None
     stream: bool = True
     stream_to: str | None = None
     stream_channel: str | None = None
