@@ -3,8 +3,18 @@ results and prompts are stored once, and everything a user sees is resolved."""
 
 from __future__ import annotations
 
-from agent_lattice import ToolResult, UserMessage, tool
-from agent_lattice.testing import Script, collect, text, tool_use
+import json
+import os
+
+import pytest
+
+from agent_lattice import ToolResult, ToolResultBlock, UserMessage, tool
+from agent_lattice._transcripts import (
+    PostgresTranscriptStore,
+    SqliteTranscriptStore,
+    TranscriptMissing,
+)
+from agent_lattice.testing import SAMPLE_CONVERSATION, Script, collect, text, tool_use
 
 from conftest import Expr
 
@@ -114,3 +124,38 @@ async def test_long_query_continues_as_new_invisibly(lattice_server, fake_anthro
         assert [m.turn for m in replay if isinstance(m, AssistantMessage)] == list(range(1, 9))
     finally:
         await runtime.close()
+
+
+POSTGRES_DSN = os.environ.get("LATTICE_TEST_POSTGRES_DSN")
+
+
+def _store(kind: str, tmp_path):
+    if kind == "sqlite":
+        return SqliteTranscriptStore(tmp_path / "t.db")
+    if not POSTGRES_DSN:
+        pytest.skip("LATTICE_TEST_POSTGRES_DSN is not set (.ci/run sets it)")
+    return PostgresTranscriptStore(POSTGRES_DSN)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_transcript_stores_are_content_addressed_and_idempotent(kind, tmp_path):
+    store, name = _store(kind, tmp_path), kind
+    head = await store.append(None, SAMPLE_CONVERSATION[:2])
+    again = await store.append(None, SAMPLE_CONVERSATION[:2])  # a retried activity
+    assert head == again, name
+    full = await store.append(head, SAMPLE_CONVERSATION[2:])
+    assert await store.messages(full) == SAMPLE_CONVERSATION, name
+    assert await store.messages(head) == SAMPLE_CONVERSATION[:2], name
+    # a branch from an earlier head leaves the other branch intact
+    branch = await store.append(head, SAMPLE_CONVERSATION[3:])
+    assert len(await store.messages(branch)) == 3
+    assert await store.messages(full) == SAMPLE_CONVERSATION
+    assert await store.messages(None) == []
+    with pytest.raises(TranscriptMissing, match="LATTICE_TRANSCRIPT_DSN"):
+        await store.messages("0" * 64)
+    small = ToolResultBlock(tool_use_id="t", content="ok")
+    assert await store.externalize(small) == small
+    big = ToolResultBlock(tool_use_id="t", content=[{"type": "text", "text": "y" * 5000}])
+    ref = await store.externalize(big)
+    assert ref.content_ref and len(ref.content) < 300
+    assert json.loads(await store.get_blob(ref.content_ref)) == big.content
