@@ -7,6 +7,7 @@ activities, so a conversation survives a crashed process, worker or server.
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
 from ._batches import BatchPolicyRequest, ToolCallInfo
 from ._compaction import DEFAULT_COMPACTION_PROMPT
+from ._delegation import DelegationInput, agent_tool, delegate_tool
 from ._errors import (
     AbortError,
     AgentRunError,
@@ -93,6 +94,7 @@ __all__ = [
     "ConfigurationError",
     "ContentBlock",
     "ContextTracer",
+    "DelegationInput",
     "DevServer",
     "ErrorInfo",
     "HistoryStore",
@@ -132,6 +134,7 @@ __all__ = [
     "TracerError",
     "Usage",
     "UserMessage",
+    "agent_tool",
     "connect_mcp_stdio_server",
     "connect_mcp_streamable_http_server",
     "create_agent",
@@ -148,6 +151,7 @@ __all__ = [
     "define_agent",
     "define_context_tracer",
     "define_history_store",
+    "delegate_tool",
     "get_default_runtime",
     "load_skill",
     "set_default_runtime",

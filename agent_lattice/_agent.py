@@ -65,6 +65,7 @@ AGENT_OPTIONS = frozenset(
         "tracer",
         "history_store",
         "auto_compact",
+        "workspace",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -158,6 +159,8 @@ class AgentConfig:
     tracer: ContextTracer | None = None
     history_store: HistoryStore | None = None
     auto_compact: CompactionSettings | None = None
+    # False: no workspace (bare); a path: where the agent's workspace lives
+    workspace: str | bool | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -232,6 +235,7 @@ class AgentConfig:
             tracer=_tracer(options.get("tracer")),
             history_store=check_history_store(options.get("history_store")),
             auto_compact=CompactionSettings.from_option(options.get("auto_compact")),
+            workspace=_workspace(options.get("workspace")),
         )
 
     def fingerprint(self) -> str:
@@ -246,6 +250,14 @@ class AgentConfig:
         }
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _workspace(value: Any) -> str | bool | None:
+    if value is None or value is False:
+        return value
+    if isinstance(value, str | os.PathLike) and str(value):
+        return os.fspath(value)
+    raise OptionError(f"AgentOptions: workspace must be a path or False; got {value!r}")
 
 
 def _tracer(value: Any) -> ContextTracer | None:

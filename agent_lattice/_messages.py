@@ -239,6 +239,8 @@ class ResultMessage(BaseModel):
     run_id: str | None = None
     duration_ms: int | None = None
     error: ErrorInfo | None = None
+    # each agent's own usage when the query delegated to child agents (``usage`` is the sum)
+    usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
 
     def raise_for_error(self) -> ResultMessage:
         """Raise the matching :class:`~agent_lattice.AgentRunError` for an error result."""

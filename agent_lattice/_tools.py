@@ -89,6 +89,8 @@ class ToolDefinition(Generic[TInput]):
     metadata: Mapping[str, Any] | None = None
     cheap: bool = False
     kind: str = "tool"
+    # set on agent tools (agent_tool()/delegate_tool()): what the call delegates to
+    delegation: Any = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(

@@ -35,6 +35,7 @@ __all__ = [
     "TranscriptStore",
     "hydrate",
     "open_transcript_store",
+    "run_transcript",
 ]
 
 # Tool results (and prompts) longer than this many characters of JSON travel by reference.
@@ -296,3 +297,16 @@ async def hydrate(messages: Sequence[ModelMessage], store: TranscriptStore) -> l
             blocks.append(block)
         out.append(message.model_copy(update={"content": blocks}))
     return out
+
+
+async def run_transcript(
+    store: TranscriptStore, output: Any, history: Sequence[ModelMessage] = ()
+) -> tuple[list[ModelMessage], list[ModelMessage], str | None]:
+    """A finished query's whole conversation, the messages it added, and its final head.
+    ``output`` is an ``AgentRunOutput``; runs from before transcripts carry their messages by
+    value (``history``: what went into them)."""
+    if output.head is None and not output.unsent:
+        return [*history, *output.new_messages], list(output.new_messages), None
+    head = await store.append(output.head, output.unsent)
+    messages = await hydrate(await store.messages(head), store)
+    return messages, messages[len(messages) - output.new_count :], head

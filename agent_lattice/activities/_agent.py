@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import uuid
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
@@ -15,18 +16,29 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
 from .._compaction import compacted_history, cut_point, summary_request
+from .._delegation import Delegation
 from .._hooks import ModelRequestContext, ToolResultContext
 from .._loop import text_of
-from .._messages import ModelMessage, ToolResultBlock
+from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
 from .._tracing import TraceEvent
-from .._transcripts import TranscriptMissing, TranscriptStore, hydrate, open_transcript_store
+from .._transcripts import (
+    TranscriptMissing,
+    TranscriptStore,
+    hydrate,
+    open_transcript_store,
+    run_transcript,
+)
 from ..providers import ModelRequest, ProviderError
+from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import (
+    AgentRunInput,
     CompactInput,
     CompactOutput,
+    DelegateCallInput,
+    DelegatePrepared,
     ModelCallInput,
     ModelCallOutput,
     ToolCallInput,
@@ -192,46 +204,144 @@ class AgentActivities:
                     tool_use_id=use.id, content=f"Unknown tool {use.name!r}.", is_error=True
                 )
             )
-        ctx = ToolContext(
-            session_id=input.session_id,
-            tool_use_id=use.id,
-            tool_name=use.name,
-            agent_name=agent.config.name,
-            context=input.context,
-            run_id=input.run_id,
-        )
+        ctx = _tool_context(agent, input)
         tracer = _Tracer(agent, input.session_id, input.run_id, input.trace_seq)
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
         async with _heartbeating(), _quiet_when_abandoned():
             denial = await _permission_denial(agent, use.name, use.input, ctx)
             result = denial or await definition.invoke(use.input, ctx)
-            block = ToolResultBlock(
-                tool_use_id=use.id, content=result.content, is_error=result.is_error
-            )
-            hooks = agent.config.hooks
-            if hooks is not None:
-                error = text_of(result.content) if result.is_error else None
-                block = await _hook(
-                    hooks.tool_result(
-                        ToolResultContext(
-                            tool_name=use.name,
-                            tool_use_id=use.id,
-                            input=use.input,
-                            result=block,
-                            error=error,
-                        )
+            return await self._settle(agent, use, result, tracer)
+
+    async def _settle(
+        self, agent: Agent, use: ToolUseBlock, result: ToolResult, tracer: _Tracer
+    ) -> ToolCallOutput:
+        """A tool result on its way to the model: hooks, then the trace event; a large result
+        enters workflow history as a reference."""
+        block = ToolResultBlock(
+            tool_use_id=use.id, content=result.content, is_error=result.is_error
+        )
+        hooks = agent.config.hooks
+        if hooks is not None:
+            error = text_of(result.content) if result.is_error else None
+            block = await _hook(
+                hooks.tool_result(
+                    ToolResultContext(
+                        tool_name=use.name,
+                        tool_use_id=use.id,
+                        input=use.input,
+                        result=block,
+                        error=error,
                     )
                 )
+            )
         await tracer.emit(
             "tool_result", **block.model_dump(mode="json", exclude={"type", "content_ref"})
         )
-        if not result.end_turn:  # a large result enters workflow history as a reference
+        if not result.end_turn:
             block = await self._transcripts.externalize(block)
         return ToolCallOutput(
             block=block,
             end_turn=result.end_turn,
             structured_result=result.structured_result if result.end_turn else None,
         )
+
+    @activity.defn(name="lattice.delegate_prepare")
+    async def delegate_prepare(self, input: DelegateCallInput) -> DelegatePrepared:
+        """Before an agent tool's child workflow: permission, input validation and mapping,
+        the child's session and transcript (a local activity: its outcome is recorded once)."""
+        parent = self._agent(input.agent_key, input.session_id)
+        use = input.tool_use
+        delegation = _delegation_of(parent, use.name)
+        tracer = _Tracer(parent, input.session_id, input.run_id, input.trace_seq)
+        await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
+
+        async def refuse(result: ToolResult) -> DelegatePrepared:
+            return DelegatePrepared(result=await self._settle(parent, use, result, tracer))
+
+        ctx = _tool_context(parent, input)
+        denial = await _permission_denial(parent, use.name, use.input, ctx)
+        if denial is not None:
+            return await refuse(denial)
+        definition = parent.tool(use.name)
+        assert definition is not None
+        try:
+            prompt = delegation.prompt_of(definition.parse_input(use.input))
+        except (ValueError, TypeError) as err:
+            return await refuse(
+                ToolResult(content=f"Invalid input for tool {use.name!r}: {err}", is_error=True)
+            )
+        if isinstance(prompt, ToolResult):
+            return await refuse(prompt)
+        info = activity.info()
+        child = delegation.child_agent(
+            session_id=uuid.uuid5(_DELEGATION_NS, f"{info.workflow_id}/{use.id}").hex
+        )
+        if child._run is not None:
+            return await refuse(
+                ToolResult(
+                    content=f"agent {child.name!r} is busy with another query (one Agent is one "
+                    "conversation); try again when it is done",
+                    is_error=True,
+                )
+            )
+        child._run = _DELEGATED  # the session is taken until delegate_finish
+        if not child._loaded and child.config.history_store is not None:
+            child._history = await child.config.history_store.load()
+        child._loaded = True
+        store = self._transcripts
+        message = ModelMessage(role="user", content=prompt)
+        head = await store.append(await child._transcript_head(store), [message])
+        queue = child.task_queue
+        if "@" in info.task_queue and not child.config.task_queue:
+            queue = f"{queue}@{info.task_queue.rpartition('@')[2]}"  # this process's workers
+        return DelegatePrepared(
+            child=AgentRunInput(
+                agent=agent_ref(child),
+                session_id=child.session_id,
+                prompt=message.content,
+                head=head,
+                stream=False,
+                request=request_options(child.config),
+                context=input.context,
+                last_input_tokens=child._last_input_tokens(),
+            ),
+            workflow_id=workflow_id_for(child, child._next_query()),
+            task_queue=queue,
+        )
+
+    @activity.defn(name="lattice.delegate_finish")
+    async def delegate_finish(self, input: DelegateCallInput) -> ToolCallOutput:
+        """After an agent tool's child workflow: the child's answer as the tool result; a live
+        session target takes the new messages into its history."""
+        parent = self._agent(input.agent_key, input.session_id)
+        use = input.tool_use
+        delegation = _delegation_of(parent, use.name)
+        tracer = _Tracer(parent, input.session_id, input.run_id, input.trace_seq + 1)
+        output = input.output
+        if delegation.kind == "session":
+            child = delegation.target
+            child._run = None
+            if output is not None:
+                transcript, added, head = await run_transcript(self._transcripts, output)
+                store = child.config.history_store
+                if output.compacted:
+                    child._history = transcript
+                    if store is not None:
+                        await store.replace(transcript)
+                else:
+                    child._history.extend(added)
+                    if store is not None:
+                        for m in added:
+                            await store.append(m)
+                child._head = (len(child._history), head) if head is not None else None
+        if output is None:
+            result = ToolResult(
+                content=f"agent {delegation.target_name!r} could not run: {input.error}",
+                is_error=True,
+            )
+        else:
+            result = delegation.result_of(output.result)
+        return await self._settle(parent, use, result, tracer)
 
     @activity.defn(name="lattice.tool_result_hooks")
     async def tool_result_hooks(self, input: ToolResultsHookInput) -> list[ToolResultBlock]:
@@ -260,6 +370,33 @@ class AgentActivities:
                 last = (await self._transcripts.messages(data.pop("content_head")))[-1]
                 data["content"] = last.to_wire()["content"]
             await tracer.emit(item["type"], **data)
+
+
+_DELEGATION_NS = uuid.UUID("2f1d3c4e-8b7a-4c55-9e0f-1a2b3c4d5e6f")
+_DELEGATED = object()  # marks a live session taken by a delegated query
+
+
+def _tool_context(agent: Agent, input: ToolCallInput | DelegateCallInput) -> ToolContext:
+    use = input.tool_use
+    return ToolContext(
+        session_id=input.session_id,
+        tool_use_id=use.id,
+        tool_name=use.name,
+        agent_name=agent.config.name,
+        context=input.context,
+        run_id=input.run_id,
+    )
+
+
+def _delegation_of(agent: Agent, tool_name: str) -> Delegation:
+    definition = agent.tool(tool_name)
+    if definition is None or definition.delegation is None:
+        raise ApplicationError(
+            f"{tool_name!r} is not an agent tool of {agent.name!r} on this worker",
+            type="AgentNotRegistered",
+            non_retryable=True,
+        )
+    return definition.delegation
 
 
 class _Tracer:

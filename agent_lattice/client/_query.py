@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,13 +15,8 @@ from temporalio.common import WorkflowIDReusePolicy
 from .._errors import HookError, TracerError
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
 from .._transcripts import INLINE_LIMIT
-from ..workflows._types import (
-    AgentRef,
-    AgentRunInput,
-    AgentRunOutput,
-    CompactionRef,
-    RequestOptions,
-)
+from ..workflows._refs import agent_ref, request_options, workflow_id_for
+from ..workflows._types import AgentRunInput, AgentRunOutput
 from ._runtime import Runtime, get_default_runtime
 
 if TYPE_CHECKING:
@@ -34,30 +28,6 @@ _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 # Bounded: a consumer that stops reading slows the producers down instead of piling up events.
 QUEUE_SIZE = 256
 _END = object()
-
-
-def agent_ref(agent: Agent) -> AgentRef:
-    """What a workflow needs to know of ``agent`` (its worker resolves the rest by key)."""
-    config = agent.config
-    return AgentRef(
-        key=agent.key,
-        name=agent.name,
-        model=config.model,
-        max_turns=config.max_turns,
-        tools=[t.name for t in config.tools],
-        cheap_tools=[t.name for t in config.tools if t.cheap],
-        requires_output=config.output_schema is not None,
-        max_concurrency=config.tool_concurrency.max_concurrency,
-        result_hook=bool(config.hooks and config.hooks.on_tool_result),
-        traced=config.tracer is not None,
-        compaction=CompactionRef(**dataclasses.asdict(config.auto_compact))
-        if config.auto_compact is not None
-        else None,
-    )
-
-
-def workflow_id_for(agent: Agent, index: int) -> str:
-    return f"{agent.name}-{agent.session_id}-{index}"
 
 
 class QueryRun:
@@ -79,12 +49,12 @@ class QueryRun:
     ) -> None:
         self.agent = agent
         config = agent.config
-        thinking = thinking_config if thinking_config is not None else config.thinking_config
-        self.request = RequestOptions(
-            output_format=output_format if output_format is not None else config.output_format,
-            thinking=dict(thinking) if thinking is not None else None,
-            reasoning_effort=reasoning_effort or config.reasoning_effort,
-            timeout_ms=request_timeout_ms or config.request_timeout_ms,
+        self.request = request_options(
+            config,
+            output_format=output_format,
+            thinking_config=thinking_config,
+            reasoning_effort=reasoning_effort,
+            request_timeout_ms=request_timeout_ms,
         )
         self.context = context
         self.deadline_s = timeout

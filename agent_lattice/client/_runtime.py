@@ -24,6 +24,7 @@ from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from .._delegation import delegation_targets
 from .._errors import ConcurrentQueryError, ConfigurationError
 from .._messages import (
     AssistantMessage,
@@ -35,7 +36,7 @@ from .._messages import (
     UserMessage,
 )
 from .._streaming import StreamReceiver
-from .._transcripts import TranscriptStore, hydrate, open_transcript_store
+from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..worker._plugin import LatticePlugin
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
@@ -196,15 +197,20 @@ class Runtime:
         """Serve ``agent`` from this process (inline agents of a script)."""
         if not self.inline_workers:
             return
-        self._registry.add_session(agent)
         _preload_provider_sdk()
-        queue = self.task_queue_for(agent)
-        async with self._lock:
-            if queue in self._workers:
-                return
-            worker = Worker(self.client, task_queue=queue, plugins=[LatticePlugin(self._registry)])
-            task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
-            self._workers[queue] = (worker, task)
+        # the agents it delegates to run here too, as child workflows on their own queues
+        for served in delegation_targets([agent]):
+            self._registry.add_session(served)
+            self._registry.add(served)
+            queue = self.task_queue_for(served)
+            async with self._lock:
+                if queue in self._workers:
+                    continue
+                worker = Worker(
+                    self.client, task_queue=queue, plugins=[LatticePlugin(self._registry)]
+                )
+                task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
+                self._workers[queue] = (worker, task)
 
     async def stream_receiver(self) -> StreamReceiver:
         await self._receiver.start()
@@ -307,15 +313,9 @@ class Runtime:
     async def run_transcript(
         self, output: AgentRunOutput, run_input: AgentRunInput | None = None
     ) -> tuple[list[ModelMessage], list[ModelMessage], str | None]:
-        """A finished run's whole conversation, the messages it added, and the final head.
-        Runs from before transcripts carry their messages by value (whole: with their input)."""
-        if output.head is None and not output.unsent:
-            before = list(run_input.history) if run_input is not None else []
-            return before + output.new_messages, list(output.new_messages), None
-        store = self.transcripts
-        head = await store.append(output.head, output.unsent)
-        messages = await hydrate(await store.messages(head), store)
-        return messages, messages[len(messages) - output.new_count :], head
+        """A finished run's whole conversation, the messages it added, and the final head."""
+        history = run_input.history if run_input is not None else []
+        return await run_transcript(self.transcripts, output, history)
 
     async def hydrated(self, message: SDKMessage) -> SDKMessage:
         """A user message with its tool results stored by reference resolved."""

@@ -54,6 +54,8 @@ class LatticePlugin(SimplePlugin):
                 activities.model_request,
                 activities.tool_call,
                 activities.compact,
+                activities.delegate_prepare,
+                activities.delegate_finish,
                 activities.tool_result_hooks,
                 activities.trace,
             ]

@@ -21,6 +21,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from .._agent import Agent, AgentSpec
+from .._delegation import delegation_targets
 from .._errors import ConfigurationError
 from ._plugin import LatticePlugin
 
@@ -110,6 +111,6 @@ def create_worker(
 def create_workers(client: Client, agents: Iterable[Agent], **options: Any) -> list[Worker]:
     """One worker per task queue used by ``agents``."""
     by_queue: dict[str, list[Agent]] = {}
-    for agent in agents:
+    for agent in delegation_targets(list(agents)):  # delegated-to agents are served too
         by_queue.setdefault(agent.task_queue, []).append(agent)
     return [create_worker(client, group, task_queue=q, **options) for q, group in by_queue.items()]

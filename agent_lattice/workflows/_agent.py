@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.workflow import ActivityCancellationType
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from .._compaction import is_context_overflow
@@ -46,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
         CompactInput,
         CompactOutput,
         Continuation,
+        DelegateCallInput,
+        DelegatePrepared,
         ModelCallInput,
         ModelCallOutput,
         ToolCallInput,
@@ -59,6 +67,8 @@ MODEL_ACTIVITY = "lattice.model_request"
 TOOL_ACTIVITY = "lattice.tool_call"
 HOOKS_ACTIVITY = "lattice.tool_result_hooks"
 TRACE_ACTIVITY = "lattice.trace"
+DELEGATE_PREPARE_ACTIVITY = "lattice.delegate_prepare"
+DELEGATE_FINISH_ACTIVITY = "lattice.delegate_finish"
 COMPACT_ACTIVITY = "lattice.compact"
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 # durable messages a run hands to its continuation (readers further behind re-read the record)
@@ -79,6 +89,9 @@ class AgentWorkflow:
         self._turns = carried.turns if carried else 0
         self._published = carried.published if carried else 0
         self._trace_seq = carried.trace_seq if carried else 0
+        self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
+        self._pending_signals: list[asyncio.Task[None]] = []
+        self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -87,6 +100,7 @@ class AgentWorkflow:
         self._interrupted = True
         if self._model_call is not None and not self._model_call.done():
             self._model_call.cancel()
+        self._signal_children("interrupt")
 
     @workflow.signal
     def abort(self) -> None:
@@ -96,6 +110,7 @@ class AgentWorkflow:
         for task in [self._model_call, *self._tool_calls]:
             if task is not None and not task.done():
                 task.cancel()
+        self._signal_children("abort")  # a child ends with error_abort, then its call returns
 
     async def _deadline(self, seconds: float) -> None:
         await workflow.sleep(seconds)
@@ -190,6 +205,7 @@ class AgentWorkflow:
             turns=self._turns,
             new_count=self._new_count,
             usage=self._usage,
+            usage_by_agent=self._usage_by_agent,
             stop_reason=self._stop_reason,
             last_input_tokens=self._last_input_tokens,
             compacted=self._compacted,
@@ -433,6 +449,8 @@ class AgentWorkflow:
     async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
         if self._aborted:  # queued calls do not start after an abort
             return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
+        if use.name in self._input.agent.delegates:
+            return await self._call_child(use)
         task = asyncio.ensure_future(self._call_tool_activity(use))
         self._tool_calls.add(task)
         try:
@@ -443,6 +461,110 @@ class AgentWorkflow:
             return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
         finally:
             self._tool_calls.discard(task)
+
+    async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
+        """An agent tool call: the child agent's query runs as a child workflow of this one.
+        Host code (permission, input mapping, output validation, hooks) runs in local
+        activities before and after it."""
+        input = self._input
+        call = DelegateCallInput(
+            agent_key=input.agent.key,
+            session_id=input.session_id,
+            tool_use=use,
+            run_id=workflow.info().run_id,
+            context=input.context,
+            trace_seq=self._seq_block(2),
+        )
+        host = {
+            "start_to_close_timeout": timedelta(seconds=input.settings.tool_timeout_s),
+            "retry_policy": RetryPolicy(
+                non_retryable_error_types=["AgentNotRegistered", "HookError", "TracerError"]
+            ),
+        }
+        try:
+            prepared: DelegatePrepared = await workflow.execute_local_activity(
+                DELEGATE_PREPARE_ACTIVITY,
+                call,
+                result_type=DelegatePrepared,
+                summary=f"{input.agent.name} · delegate {use.name}",
+                **host,
+            )
+            if prepared.result is not None:
+                return prepared.result
+            assert prepared.child is not None and prepared.workflow_id is not None
+            child_input = prepared.child.model_copy(update={"settings": input.settings})
+            output: AgentRunOutput | None = None
+            error: str | None = None
+            try:
+                handle = await workflow.start_child_workflow(
+                    "AgentWorkflow",
+                    child_input,
+                    id=prepared.workflow_id,
+                    task_queue=prepared.task_queue,
+                    result_type=AgentRunOutput,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    static_summary=f"{child_input.agent.name} · delegated by {input.agent.name}",
+                )
+                self._children[use.id] = handle
+                if self._aborted or self._interrupted:  # the signal came while it started
+                    self._signal_children("abort" if self._aborted else "interrupt")
+                output = await handle
+            except (ChildWorkflowError, WorkflowAlreadyStartedError) as err:
+                error = str(err.cause or err) if isinstance(err, ChildWorkflowError) else str(err)
+            finally:
+                self._children.pop(use.id, None)
+            if output is not None:
+                self._add_child_usage(output.result)
+            return await workflow.execute_local_activity(
+                DELEGATE_FINISH_ACTIVITY,
+                call.model_copy(update={"output": output, "error": error}),
+                result_type=ToolCallOutput,
+                summary=f"{input.agent.name} · delegate {use.name} · result",
+                **host,
+            )
+        except (ActivityError, ApplicationError) as err:
+            if _error_info(err).type in ("HookError", "TracerError"):
+                raise
+            return self._made(
+                [
+                    ToolCallOutput(
+                        block=ToolResultBlock(
+                            tool_use_id=use.id,
+                            content=f"Tool {use.name!r} could not run: {_error_info(err).message}",
+                            is_error=True,
+                        )
+                    )
+                ]
+            )[0]
+
+    def _signal_children(self, name: str) -> None:
+        for handle in list(self._children.values()):
+            self._pending_signals.append(asyncio.ensure_future(handle.signal(name)))
+
+    def _add_child_usage(self, result: ResultMessage) -> None:
+        """A child's usage is the parent's too; each agent's own share is kept apart."""
+        self._usage = self._usage + result.usage
+        shares = result.usage_by_agent or {"agent": result.usage}
+        for name, usage in shares.items():
+            self._usage_by_agent[name] = self._usage_by_agent.get(name, Usage()) + usage
+
+    def _usage_shares(self) -> dict[str, Usage]:
+        """Each agent's own usage: the children's as they reported it, this agent's the rest."""
+        shares = dict(self._usage_by_agent)
+        children = Usage()
+        for usage in shares.values():
+            children = children + usage
+        name = self._input.agent.name
+        own = Usage(
+            input_tokens=self._usage.input_tokens - children.input_tokens,
+            output_tokens=self._usage.output_tokens - children.output_tokens,
+            cache_creation_input_tokens=self._usage.cache_creation_input_tokens
+            - children.cache_creation_input_tokens,
+            cache_read_input_tokens=self._usage.cache_read_input_tokens
+            - children.cache_read_input_tokens,
+        )
+        shares[name] = shares.get(name, Usage()) + own
+        return shares
 
     async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:
         input, s = self._input, self._input.settings
@@ -630,6 +752,7 @@ class AgentWorkflow:
             run_id=info.run_id,
             duration_ms=int((workflow.now() - self._started_at).total_seconds() * 1000),
             error=error,
+            usage_by_agent=self._usage_shares(),
         )
         self._publish(message)
         # Let subscribers collect the last messages before the run closes.

@@ -30,6 +30,8 @@ __all__ = [
     "CompactOutput",
     "CompactionRef",
     "Continuation",
+    "DelegateCallInput",
+    "DelegatePrepared",
     "ModelCallInput",
     "ModelCallOutput",
     "RequestOptions",
@@ -62,6 +64,9 @@ class AgentRef(BaseModel):
     result_hook: bool = False
     traced: bool = False
     compaction: CompactionRef | None = None
+    # agent tools whose calls run as child workflows (agent_tool()/delegate_tool() on an Agent
+    # session or an AgentSpec)
+    delegates: list[str] = Field(default_factory=list)
 
 
 class ActivitySettings(BaseModel):
@@ -95,6 +100,7 @@ class Continuation(BaseModel):
     turns: int
     new_count: int
     usage: Usage
+    usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
     stop_reason: str | None = None
     last_input_tokens: int = 0
     compacted: bool = False
@@ -219,3 +225,26 @@ class CompactOutput(BaseModel):
     head: str | None = None
     compacted_messages: int = 0
     usage: Usage | None = None
+
+
+class DelegateCallInput(BaseModel):
+    """An agent tool call, before (prepare) or after (finish) its child workflow."""
+
+    agent_key: str
+    session_id: str
+    tool_use: ToolUseBlock
+    run_id: str | None = None
+    context: Any = None
+    trace_seq: int = 0
+    # finish only: how the child query ended (None: it could not run, see ``error``)
+    output: AgentRunOutput | None = None
+    error: str | None = None
+
+
+class DelegatePrepared(BaseModel):
+    # the call ends here (permission denied, invalid input, unsupported mode, busy session)
+    result: ToolCallOutput | None = None
+    # else the child query to start
+    child: AgentRunInput | None = None
+    workflow_id: str | None = None
+    task_queue: str | None = None
