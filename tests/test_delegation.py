@@ -43,6 +43,16 @@ def by_agent(**scripts: Script):
     return handle
 
 
+async def child_ids(client, workflow_id: str) -> list[str]:
+    """The child workflows a query started, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+
+
 def spec(fake, name: str, **options):
     return define_agent(
         api_key=API_KEY,
@@ -340,20 +350,9 @@ async def test_three_levels_and_abort_reaches_the_grandchild(make_agent, fake_an
     assert result.result == "summary: fine"
     assert set(result.usage_by_agent) == {"supervisor", "explorer", "reviewer"}
     client = make_agent.runtime.client
-    history = await client.get_workflow_handle(result.workflow_id).fetch_history()
-    (explorer_id,) = [
-        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-        for e in history.events
-        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
-    ]
-    nested = await client.get_workflow_handle(explorer_id).fetch_history()
-    assert any(
-        e.start_child_workflow_execution_initiated_event_attributes.workflow_id.startswith(
-            "reviewer-"
-        )
-        for e in nested.events
-        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
-    )
+    (explorer_id,) = await child_ids(client, result.workflow_id)
+    (reviewer_id,) = await child_ids(client, explorer_id)
+    assert explorer_id.startswith("explorer-") and reviewer_id.startswith("reviewer-")
 
     # abort the top query while the grandchild hangs: every level ends with error_abort
     fake_anthropic.set_handler(
@@ -365,11 +364,6 @@ async def test_three_levels_and_abort_reaches_the_grandchild(make_agent, fake_an
     )
     aborted = await asyncio.wait_for(agent.prompt("again", timeout=2), 40)
     assert aborted.subtype == "error_abort"
-    history = await client.get_workflow_handle(aborted.workflow_id).fetch_history()
-    (explorer_id,) = [
-        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-        for e in history.events
-        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
-    ]
+    (explorer_id,) = await child_ids(client, aborted.workflow_id)
     child = await client.get_workflow_handle(explorer_id).result()
     assert child["result"]["subtype"] == "error_abort"

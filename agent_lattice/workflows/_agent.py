@@ -467,14 +467,7 @@ class AgentWorkflow:
         Host code (permission, input mapping, output validation, hooks) runs in local
         activities before and after it."""
         input = self._input
-        call = DelegateCallInput(
-            agent_key=input.agent.key,
-            session_id=input.session_id,
-            tool_use=use,
-            run_id=workflow.info().run_id,
-            context=input.context,
-            trace_seq=self._seq_block(2),
-        )
+        call = DelegateCallInput(**self._call_input(use).model_dump())
         host = {
             "start_to_close_timeout": timedelta(seconds=input.settings.tool_timeout_s),
             "retry_policy": RetryPolicy(
@@ -525,17 +518,7 @@ class AgentWorkflow:
         except (ActivityError, ApplicationError) as err:
             if _error_info(err).type in ("HookError", "TracerError"):
                 raise
-            return self._made(
-                [
-                    ToolCallOutput(
-                        block=ToolResultBlock(
-                            tool_use_id=use.id,
-                            content=f"Tool {use.name!r} could not run: {_error_info(err).message}",
-                            is_error=True,
-                        )
-                    )
-                ]
-            )[0]
+            return self._could_not_run(use, err)
 
     def _signal_children(self, name: str) -> None:
         for handle in list(self._children.values()):
@@ -566,9 +549,9 @@ class AgentWorkflow:
         shares[name] = shares.get(name, Usage()) + own
         return shares
 
-    async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:
-        input, s = self._input, self._input.settings
-        call = ToolCallInput(
+    def _call_input(self, use: ToolUseBlock) -> ToolCallInput:
+        input = self._input
+        return ToolCallInput(
             agent_key=input.agent.key,
             session_id=input.session_id,
             tool_use=use,
@@ -576,6 +559,10 @@ class AgentWorkflow:
             context=input.context,
             trace_seq=self._seq_block(2),
         )
+
+    async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:
+        input, s = self._input, self._input.settings
+        call = self._call_input(use)
         name = call.tool_use.name
         try:
             if name in input.agent.cheap_tools:
@@ -610,17 +597,12 @@ class AgentWorkflow:
                 raise
             if self._aborted:
                 return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
-            return self._made(
-                [
-                    ToolCallOutput(
-                        block=ToolResultBlock(
-                            tool_use_id=call.tool_use.id,
-                            content=f"Tool {name!r} could not run: {_error_info(err).message}",
-                            is_error=True,
-                        )
-                    )
-                ]
-            )[0]
+            return self._could_not_run(call.tool_use, err)
+
+    def _could_not_run(self, use: ToolUseBlock, err: BaseException) -> ToolCallOutput:
+        message = f"Tool {use.name!r} could not run: {_error_info(err).message}"
+        block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
+        return self._made([ToolCallOutput(block=block)])[0]
 
     def _made(self, outcomes: list[ToolCallOutput]) -> list[ToolCallOutput]:
         """Mark results the workflow made itself: they still pass the on_tool_result hook."""

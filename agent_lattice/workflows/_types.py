@@ -227,15 +227,9 @@ class CompactOutput(BaseModel):
     usage: Usage | None = None
 
 
-class DelegateCallInput(BaseModel):
+class DelegateCallInput(ToolCallInput):
     """An agent tool call, before (prepare) or after (finish) its child workflow."""
 
-    agent_key: str
-    session_id: str
-    tool_use: ToolUseBlock
-    run_id: str | None = None
-    context: Any = None
-    trace_seq: int = 0
     # finish only: how the child query ended (None: it could not run, see ``error``)
     output: AgentRunOutput | None = None
     error: str | None = None
