@@ -70,6 +70,30 @@ def build_compacting_agent(base_url: str):
     )
 
 
+def build_supervisor(base_url: str):
+    from agent_lattice import agent_tool, define_agent
+
+    worker_spec = define_agent(
+        name="subworker",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        system_prompt="You are subworker.",
+        tools=[
+            tool("record", "Record a note", Note, record),
+            tool("block", "Record a note slowly", Note, block),
+        ],
+    )
+    return create_agent(
+        name="boss",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        system_prompt="You are boss.",
+        tools=[agent_tool("delegate", worker_spec)],
+    )
+
+
 async def _serve(address: str, base_url: str) -> None:
     from contextlib import AsyncExitStack
 
@@ -77,7 +101,7 @@ async def _serve(address: str, base_url: str) -> None:
     from agent_lattice.worker import create_workers
 
     runtime = await Runtime.connect(address, inline_workers=False)
-    agents = [build_agent(base_url), build_compacting_agent(base_url)]
+    agents = [build_agent(base_url), build_compacting_agent(base_url), build_supervisor(base_url)]
     async with AsyncExitStack() as stack:
         for worker in create_workers(runtime.client, agents):
             await stack.enter_async_context(worker)

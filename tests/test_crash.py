@@ -27,7 +27,7 @@ from agent_lattice.testing import (
 )
 
 from conftest import keep_history
-from crash_app import build_agent, build_compacting_agent
+from crash_app import build_agent, build_compacting_agent, build_supervisor
 
 HERE = Path(__file__).parent
 
@@ -194,3 +194,40 @@ async def test_kill_mid_compaction_neither_loses_history_nor_compacts_twice(
     assert "Summary: A was recorded." in history[0].blocks[0].text
     assert sum("Summary:" in b.text for m in history for b in m.blocks if b.type == "text") == 1
     assert history[2].content[0].content == "recorded A"  # the recent tool round is intact
+
+
+async def test_kill_while_a_child_agent_runs_finishes_both(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    def model(request: RecordedRequest) -> Reply:
+        done = [r["content"] for r in request.tool_results]
+        if "You are boss." in (request.system or ""):
+            return (
+                tool_use("delegate", {"task": "record A then B"})
+                if not done
+                else text(f"boss got: {done[0]}")
+            )
+        if not done:
+            return tool_use("record", {"text": "A"})
+        return tool_use("block", {"text": "B"}) if done == ["recorded A"] else text("A and B")
+
+    fake_anthropic.set_handler(model)
+    boss = build_supervisor(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(boss.prompt("Delegate.", runtime=remote_runtime))
+
+    await assert_eventually(lambda: "block-start:B" in effects.read_text(), within=30)
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "boss got: A and B"
+    assert effects.read_text().splitlines() == [
+        "record:A",  # the child's completed turn is not repeated
+        "block-start:B",
+        "block-start:B",  # the call cut by the kill runs again
+        "block-done:B",
+    ]
+    child_requests = [r for r in fake_anthropic.requests if "subworker" in (r.system or "")]
+    assert len(child_requests) == 3  # no child model call repeated
+    assert set(result.usage_by_agent) == {"boss", "subworker"}

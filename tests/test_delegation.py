@@ -27,7 +27,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import API_KEY, Expr
+from conftest import API_KEY, Expr, make_calculator
 
 
 def by_agent(**scripts: Script):
@@ -367,3 +367,44 @@ async def test_three_levels_and_abort_reaches_the_grandchild(make_agent, fake_an
     (explorer_id,) = await child_ids(client, aborted.workflow_id)
     child = await client.get_workflow_handle(explorer_id).result()
     assert child["result"]["subtype"] == "error_abort"
+
+
+async def test_hooks_are_not_inherited_and_interrupt_reaches_the_child(make_agent, fake_anthropic):
+    parent_saw: list[str] = []
+    fake_anthropic.set_handler(
+        by_agent(
+            supervisor=Script(tool_use("explore", {"task": "add"}), text("done")),
+            explorer=Script(tool_use("calculator", {"expr": "1+2"}), text("3")),
+        )
+    )
+    explorer = spec(fake_anthropic, "explorer", tools=[make_calculator()])
+    agent = make_agent(
+        name="supervisor",
+        system_prompt="You are supervisor.",
+        tools=[agent_tool("explore", explorer)],
+        hooks={"on_tool_result": lambda ctx: parent_saw.append(ctx.tool_name)},
+    )
+    assert (await agent.prompt("go")).result == "done"
+    assert parent_saw == ["explore"]  # the child's calculator call is the child's business
+
+    fake_anthropic.set_handler(
+        by_agent(
+            supervisor=Script(tool_use("explore", {"task": "wait"}), text("unused")),
+            explorer=Script(hang(60)),
+        )
+    )
+    task = asyncio.ensure_future(agent.prompt("again"))
+    client = make_agent.runtime.client
+
+    for _ in range(100):
+        if sum("You are explorer." in (r.system or "") for r in fake_anthropic.requests) >= 3:
+            break
+        await asyncio.sleep(0.1)
+    assert agent.interrupt() is True
+    result = await asyncio.wait_for(task, 30)
+    assert result.subtype == "interrupted"
+    (explorer_id,) = await child_ids(client, result.workflow_id)
+    child = await client.get_workflow_handle(explorer_id).result()
+    assert child["result"]["subtype"] == "interrupted"
+    history = await agent.get_history()
+    assert history[-1].content[0].is_error is True  # the call still got its result
