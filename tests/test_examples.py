@@ -48,6 +48,14 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "Refactored: the handler now lives in handlers.py.",
         "history now starts with the summary: True",
     ),
+    "supervisor_delegation.py": (
+        "The explorer reports: Delegation lives in _delegation.py",
+        "usage by agent: {'explorer':",
+    ),
+    "structured_delegation.py": (
+        "tool result: {'files': ['runner.py', 'mailbox.py'], 'notes': 'runner drives mailboxes'}",
+        'judge said: {"guilty": false, "reason": "the documents agree"}',
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 
