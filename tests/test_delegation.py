@@ -11,10 +11,12 @@ from pydantic import BaseModel
 from agent_lattice import (
     OptionError,
     ResultMessage,
+    ToolResult,
     agent_tool,
     create_agent,
     define_agent,
     delegate_tool,
+    tool,
 )
 from agent_lattice.testing import (
     RecordedRequest,
@@ -408,3 +410,44 @@ async def test_hooks_are_not_inherited_and_interrupt_reaches_the_child(make_agen
     assert child["result"]["subtype"] == "interrupted"
     history = await agent.get_history()
     assert history[-1].content[0].is_error is True  # the call still got its result
+
+
+async def test_structured_result_passthrough_and_parent_only_schema(make_agent, fake_anthropic):
+    finish = tool(
+        "finish",
+        "End with a verdict",
+        {"type": "object", "properties": {"v": {}}, "required": ["v"]},
+        lambda input: ToolResult(content="filed", end_turn=True, structured_result=input["v"]),
+    )
+
+    fake_anthropic.set_handler(
+        by_agent(
+            supervisor=Script(
+                tool_use("loose", {"task": "t"}),
+                tool_use("strict", {"task": "t"}),
+                tool_use("strict", {"task": "t"}),
+                text("done"),
+            ),
+            clerk=Script(
+                tool_use("finish", {"v": {"anything": [1, 2]}}),
+                tool_use("finish", {"v": {"files": ["a.py"], "notes": "ok"}}),
+                tool_use("finish", {"v": {"files": "not a list"}}),
+            ),
+        )
+    )
+    clerk = spec(fake_anthropic, "clerk", tools=[finish])
+    agent = make_agent(
+        name="supervisor",
+        system_prompt="You are supervisor.",
+        tools=[
+            agent_tool("loose", clerk),  # neither side declares a schema
+            agent_tool("strict", clerk, output_schema=Findings),  # the parent alone does
+        ],
+    )
+    await agent.prompt("go")
+    parent = [r for r in fake_anthropic.requests if "supervisor" in (r.system or "")]
+    loose, valid, invalid = (p.tool_results[0] for p in parent[1:4])
+    assert json.loads(loose["content"]) == {"anything": [1, 2]}  # passed through as JSON
+    assert json.loads(valid["content"]) == {"files": ["a.py"], "notes": "ok"}
+    assert invalid["is_error"] is True
+    assert invalid["content"].startswith("child_output_invalid: schema_mismatch")
