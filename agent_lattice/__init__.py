@@ -71,6 +71,7 @@ from ._tracing import (
     create_jsonl_context_tracer,
     define_context_tracer,
 )
+from ._workspace import create_agent_workspace_tools, create_builtin_tools
 from .client import DevServer, Runtime, get_default_runtime, set_default_runtime
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import LatticePlugin, create_worker
@@ -138,7 +139,9 @@ __all__ = [
     "connect_mcp_stdio_server",
     "connect_mcp_streamable_http_server",
     "create_agent",
+    "create_agent_workspace_tools",
     "create_bare_agent",
+    "create_builtin_tools",
     "create_composite_agent_hooks",
     "create_composite_context_tracer",
     "create_jsonl_context_tracer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._batches import ToolConcurrency, batch_policy_validator
@@ -78,6 +80,7 @@ QUERY_OPTIONS = frozenset(
         "context",
         "request_timeout_ms",
         "timeout",
+        "permissions",
     }
 )
 REASONING_EFFORTS = ("low", "high", "max")
@@ -285,9 +288,25 @@ class Agent:
     An Agent runs one query at a time; each query is a durable Temporal workflow.
     """
 
-    def __init__(self, config: AgentConfig, *, session_id: str | None = None) -> None:
-        self.config = config
+    def __init__(
+        self, config: AgentConfig, *, session_id: str | None = None, builtin: bool = False
+    ) -> None:
         self.session_id = session_id or uuid.uuid4().hex
+        # the private workspace and its built-in tools (create_agent; not create_bare_agent)
+        self.workspace: Path | None = None
+        if builtin and config.workspace is not False:
+            from ._workspace import create_agent_workspace_tools, default_workspace
+
+            root = (
+                Path(config.workspace).expanduser().resolve()
+                if isinstance(config.workspace, str)
+                else default_workspace(config.name, self.session_id)
+            )
+            own = {t.name for t in config.tools}
+            extra = [t for t in create_agent_workspace_tools(root) if t.name not in own]
+            config = dataclasses.replace(config, tools=(*config.tools, *extra))
+            self.workspace = root
+        self.config = config
         self.model_client: ModelClient = config.model_client or AnthropicModelClient(
             api_key=config.api_key, base_url=config.base_url
         )
@@ -459,13 +478,21 @@ class AgentSpec:
     options: Mapping[str, Any]
 
     def spawn(self, *, session_id: str | None = None) -> Agent:
-        return Agent(AgentConfig.from_options(self.options), session_id=_session_id(session_id))
+        return Agent(
+            AgentConfig.from_options(self.options),
+            session_id=_session_id(session_id),
+            builtin=True,
+        )
 
 
 def create_agent(*, session_id: str | None = None, **options: Any) -> Agent:
-    """Create a live agent session (one conversation, one history). Pass the ``session_id``
-    of an earlier session to continue it (from its history store, else from Temporal)."""
-    return Agent(AgentConfig.from_options(options), session_id=_session_id(session_id))
+    """Create a live agent session (one conversation, one history, one private workspace with
+    the built-in tools Read, Write, Edit, LS, Glob, Grep and Bash; ``workspace=False`` for
+    none). Pass the ``session_id`` of an earlier session to continue it (from its history
+    store, else from Temporal)."""
+    return Agent(
+        AgentConfig.from_options(options), session_id=_session_id(session_id), builtin=True
+    )
 
 
 def create_bare_agent(*, session_id: str | None = None, **options: Any) -> Agent:

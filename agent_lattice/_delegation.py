@@ -39,8 +39,9 @@ INVALID_OUTPUT = "child_output_invalid"
 
 
 class WorkspaceGrant(BaseModel):
-    root: str
-    access: Literal["read", "write"] = "write"
+    root: str = Field(description="A directory the agent may write to for this task.")
+    access: list[Literal["read", "write"]] = Field(default_factory=lambda: ["write"])
+    reason: str | None = None
 
 
 class DelegationInput(BaseModel):
@@ -86,7 +87,17 @@ class Delegation:
             return self.target.spawn(session_id=session_id)
         raise TypeError("an AgentLike adapter has no child workflow")
 
-    def prompt_of(self, parsed: Any) -> str | list[dict[str, Any]] | ToolResult:
+    def grants_of(self, parsed: Any, covered: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+        """The write grants the call asks for, split into accepted (``covered`` by the
+        caller's own write permissions) and refused."""
+        if not isinstance(parsed, DelegationInput):
+            return [], []
+        asked = [g.root for g in parsed.workspace_grants if "write" in g.access]
+        return [r for r in asked if covered(r)], [r for r in asked if not covered(r)]
+
+    def prompt_of(
+        self, parsed: Any, refused: Sequence[str] = ()
+    ) -> str | list[dict[str, Any]] | ToolResult:
         """The child prompt for validated input, or the tool result that refuses the call."""
         if self.map_input is not None:
             prompt = self.map_input(parsed)
@@ -118,10 +129,19 @@ class Delegation:
             parts.append(
                 "Acceptance criteria:\n" + "\n".join(f"- {c}" for c in parsed.acceptance_criteria)
             )
-        if parsed.workspace_grants:
+        granted = [g for g in parsed.workspace_grants if g.root not in refused]
+        if granted:
             parts.append(
-                "Workspace grants from the caller:\n"
-                + "\n".join(f"- {g.root} ({g.access})" for g in parsed.workspace_grants)
+                "Workspace grants (you may write under these directories for this task):\n"
+                + "\n".join(
+                    f"- {g.root} ({', '.join(g.access)})" + (f": {g.reason}" if g.reason else "")
+                    for g in granted
+                )
+            )
+        if refused:
+            parts.append(
+                "Refused workspace grants (outside the caller's own permissions; do not write "
+                "there):\n" + "\n".join(f"- {r}" for r in refused)
             )
         return "\n\n".join(parts)
 

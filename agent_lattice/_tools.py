@@ -50,6 +50,8 @@ class ToolContext:
     agent_name: str | None = None
     context: Any = None
     run_id: str | None = None
+    # directories this query may also write to (accepted workspace grants)
+    workspace_grants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

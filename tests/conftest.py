@@ -4,7 +4,7 @@ import hypothesis  # noqa: F401 - imported before any thread starts (see below)
 import pytest
 from pydantic import BaseModel
 
-from agent_lattice import ToolResult, create_agent, tool
+from agent_lattice import ToolResult, create_bare_agent, tool
 from agent_lattice.testing import FakeAnthropicServer
 
 pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
@@ -32,11 +32,12 @@ def make_calculator(calls: list[str] | None = None, **options: object):
 
 @pytest.fixture
 def make_agent(fake_anthropic: FakeAnthropicServer, lattice_runtime):
-    """Agents pointed at the fake provider, running on the test's runtime."""
+    """Agents pointed at the fake provider, running on the test's runtime, with exactly the
+    tools a test gives them (no built-in workspace tools: tests/test_workspace.py has those)."""
 
     def factory(**options: object):
         options.setdefault("model", "claude-test")
-        return create_agent(api_key=API_KEY, base_url=fake_anthropic.base_url, **options)
+        return create_bare_agent(api_key=API_KEY, base_url=fake_anthropic.base_url, **options)
 
     factory.runtime = lattice_runtime
     return factory

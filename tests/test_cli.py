@@ -324,7 +324,10 @@ def test_run_prints_a_human_transcript_then_runs_and_attach_find_it(
     assert run.finish() == 0, run
     assert "serving clitest in this process" in run.err  # nobody else polls this queue
     header = run.stdout[0]
-    assert header.startswith("● clitest · claude-test · tools calculator · workflow clitest-")
+    assert header.startswith(
+        "● clitest · claude-test · tools calculator, Read, Write, Edit, LS, Glob, Grep, Bash"
+        " · workflow clitest-"
+    )
     workflow_id = re.search(r"workflow (\S+)", header)[1]  # type: ignore[index]
     assert run.stdout[1:4] == ['→ calculator {"expr":"2+2"}', "← 4", "The sum is 4."]
     assert re.fullmatch(

@@ -56,6 +56,11 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "tool result: {'files': ['runner.py', 'mailbox.py'], 'notes': 'runner drives mailboxes'}",
         'judge said: {"guilty": false, "reason": "the documents agree"}',
     ),
+    "workspace_tools.py": (
+        "Refused: Write to ",
+        "report.md: # Findings",
+        "bare agent: This host did not approve write or shell access.",
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 

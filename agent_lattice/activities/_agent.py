@@ -31,6 +31,7 @@ from .._transcripts import (
     open_transcript_store,
     run_transcript,
 )
+from .._workspace import Boundary, workspace_prompt
 from ..providers import ModelRequest, ProviderError
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import (
@@ -265,7 +266,12 @@ class AgentActivities:
         definition = parent.tool(use.name)
         assert definition is not None
         try:
-            prompt = delegation.prompt_of(definition.parse_input(use.input))
+            parsed = definition.parse_input(use.input)
+            writable = Boundary.of(
+                parent.workspace or ".", [parent.workspace] if parent.workspace else []
+            ).with_grants(input.workspace_grants)
+            accepted, refused = delegation.grants_of(parsed, writable.covers)
+            prompt = delegation.prompt_of(parsed, refused)
         except (ValueError, TypeError) as err:
             return await refuse(
                 ToolResult(content=f"Invalid input for tool {use.name!r}: {err}", is_error=True)
@@ -304,6 +310,7 @@ class AgentActivities:
                 request=request_options(child.config),
                 context=input.context,
                 last_input_tokens=child._last_input_tokens(),
+                workspace_grants=[str(writable.resolve(r)) for r in accepted],
             ),
             workflow_id=workflow_id_for(child, child._next_query()),
             task_queue=queue,
@@ -385,6 +392,7 @@ def _tool_context(agent: Agent, input: ToolCallInput | DelegateCallInput) -> Too
         agent_name=agent.config.name,
         context=input.context,
         run_id=input.run_id,
+        workspace_grants=tuple(input.workspace_grants),
     )
 
 
@@ -456,6 +464,9 @@ def _system_prompt(agent: Agent) -> str | None:
     can overlap. Built per request: none of it enters the stored conversation."""
     config = agent.config
     base = config.system_prompt
+    if agent.workspace is not None:
+        section = workspace_prompt(agent.workspace)
+        base = f"{base}\n\n{section}" if base else section
     if config.skills:
         section = skills_prompt(config.skills)
         base = f"{base}\n\n{section}" if base else section

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +13,9 @@ from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
-from .._errors import HookError, TracerError
+from .._errors import HookError, OptionError, TracerError
 from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
+from .._options import check_options
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput
@@ -46,6 +48,7 @@ class QueryRun:
         context: Any = None,
         request_timeout_ms: int | None = None,
         timeout: float | None = None,
+        permissions: Mapping[str, Any] | None = None,
     ) -> None:
         self.agent = agent
         config = agent.config
@@ -58,6 +61,7 @@ class QueryRun:
         )
         self.context = context
         self.deadline_s = timeout
+        self.workspace_grants = workspace_grants_of(permissions)
         self._cancelled = False
         self.prompt: str | list[ContentBlock] = (
             prompt if isinstance(prompt, str) else _BLOCKS.validate_python(list(prompt))
@@ -109,6 +113,7 @@ class QueryRun:
             request=self.request,
             context=self.context,
             deadline_s=self.deadline_s,
+            workspace_grants=self.workspace_grants,
         )
         self._handle = await runtime.client.start_workflow(
             "AgentWorkflow",
@@ -273,6 +278,24 @@ class QueryRun:
             await self._handle.signal("abort" if self._cancelled else "interrupt")
         output = await asyncio.wait_for(self._output(), 30)
         await self._collect(runtime, output, new_messages)
+
+
+def workspace_grants_of(permissions: Mapping[str, Any] | None) -> list[str]:
+    """The write roots of ``query(permissions={"workspace_grants": [...]})``."""
+    if permissions is None:
+        return []
+    check_options("QueryPermissions", permissions, {"workspace_grants"})
+    roots = []
+    for grant in permissions.get("workspace_grants") or []:
+        if not isinstance(grant, Mapping) or not isinstance(grant.get("root"), str):
+            raise OptionError(
+                'QueryOptions: each workspace grant is {"root": path, "access": ["write"], '
+                f'"reason": ...}}; got {grant!r}'
+            )
+        check_options("WorkspaceGrant", grant, {"root", "access", "reason"})
+        if "write" in (grant.get("access") or ["write"]):
+            roots.append(os.path.realpath(os.path.expanduser(grant["root"])))
+    return roots
 
 
 def _raise_hook_failure(result: ResultMessage) -> ResultMessage:

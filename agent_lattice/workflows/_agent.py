@@ -558,6 +558,7 @@ class AgentWorkflow:
             run_id=workflow.info().run_id,
             context=input.context,
             trace_seq=self._seq_block(2),
+            workspace_grants=input.workspace_grants,
         )
 
     async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:

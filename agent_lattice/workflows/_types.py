@@ -124,6 +124,8 @@ class AgentRunInput(BaseModel):
     prompt_in_head: bool = False
     # input tokens the conversation's last model response reported (the compaction trigger)
     last_input_tokens: int = 0
+    # directories this query may write to beyond the agent's workspace (accepted grants)
+    workspace_grants: list[str] = Field(default_factory=list)
     # set when a long query continued as new: where the previous run left off
     continuation: Continuation | None = None
     stream: bool = True
@@ -183,6 +185,7 @@ class ToolCallInput(BaseModel):
     run_id: str | None = None
     context: Any = None
     trace_seq: int = 0
+    workspace_grants: list[str] = Field(default_factory=list)
 
 
 class ToolResultsHookInput(BaseModel):
