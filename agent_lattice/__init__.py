@@ -30,6 +30,14 @@ from ._history import (
     define_history_store,
 )
 from ._hooks import AgentHooks, ModelRequestContext, ToolResultContext, create_composite_agent_hooks
+from ._mailbox import (
+    TeamMailbox,
+    TeamMessage,
+    create_memory_mailbox,
+    create_postgres_mailbox,
+    create_sqlite_mailbox,
+    mailbox_id,
+)
 from ._mcp import (
     MCPClient,
     MCPConnection,
@@ -121,6 +129,8 @@ __all__ = [
     "Skill",
     "StreamEventMessage",
     "SystemMessage",
+    "TeamMailbox",
+    "TeamMessage",
     "TextBlock",
     "ThinkingBlock",
     "TimeoutError",
@@ -149,7 +159,10 @@ __all__ = [
     "create_langfuse_context_tracer",
     "create_langsmith_context_tracer",
     "create_mcp_tools",
+    "create_memory_mailbox",
     "create_postgres_history_store",
+    "create_postgres_mailbox",
+    "create_sqlite_mailbox",
     "create_worker",
     "define_agent",
     "define_context_tracer",
@@ -157,6 +170,7 @@ __all__ = [
     "delegate_tool",
     "get_default_runtime",
     "load_skill",
+    "mailbox_id",
     "set_default_runtime",
     "skill",
     "tool",

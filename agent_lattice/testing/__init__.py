@@ -28,6 +28,7 @@ from ._fake_server import (
     tool_use_block,
 )
 from ._helpers import FAST_SETTINGS, assert_eventually, collect
+from ._mailbox_conformance import check_mailbox_conformance
 
 __all__ = [
     "FAST_SETTINGS",
@@ -41,6 +42,7 @@ __all__ = [
     "ScriptExhaustedError",
     "assert_eventually",
     "check_history_store_conformance",
+    "check_mailbox_conformance",
     "collect",
     "disconnect",
     "error",
