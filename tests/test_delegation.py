@@ -174,6 +174,7 @@ async def test_session_keeps_history_spec_starts_fresh_and_runs_side_by_side(
 
     assert result.subtype == "success"
     assert seen["memo"] == [1, 3]  # the session remembers its first task
+    assert memo.interrupt() is False  # idle again once its delegated queries ended
     assert seen["scratch"] == [1, 1]  # each spec call is a fresh session
     assert [m.role for m in await memo.get_history()] == ["user", "assistant"] * 2
     sent = {t["name"]: t["description"] for t in fake_anthropic.requests[0].tools}

@@ -380,7 +380,16 @@ class AgentActivities:
 
 
 _DELEGATION_NS = uuid.UUID("2f1d3c4e-8b7a-4c55-9e0f-1a2b3c4d5e6f")
-_DELEGATED = object()  # marks a live session taken by a delegated query
+
+
+class _Delegated:
+    """Marks a live session taken by a delegated query (its parent's run controls it)."""
+
+    def interrupt(self) -> bool:
+        return False
+
+
+_DELEGATED = _Delegated()
 
 
 def _tool_context(agent: Agent, input: ToolCallInput | DelegateCallInput) -> ToolContext:

@@ -521,8 +521,16 @@ class AgentWorkflow:
             return self._could_not_run(use, err)
 
     def _signal_children(self, name: str) -> None:
+        async def send(handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput]) -> None:
+            try:
+                await handle.signal(name)
+            except (ApplicationError, ChildWorkflowError, ActivityError):
+                pass  # the child closed meanwhile: nothing left to stop
+            except Exception as err:  # a signal to a closed child fails; that is fine
+                workflow.logger.debug("signal %s to child failed: %s", name, err)
+
         for handle in list(self._children.values()):
-            self._pending_signals.append(asyncio.ensure_future(handle.signal(name)))
+            self._pending_signals.append(asyncio.ensure_future(send(handle)))
 
     def _add_child_usage(self, result: ResultMessage) -> None:
         """A child's usage is the parent's too; each agent's own share is kept apart."""
