@@ -55,6 +55,8 @@ from ._messages import (
     SDKMessage,
     StreamEventMessage,
     SystemMessage,
+    TeamAgentEvent,
+    TeamMessageEvent,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -64,6 +66,7 @@ from ._messages import (
 )
 from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
 from ._skills import Skill, load_skill, skill
+from ._team import Team, TeamMember, create_team, team_member
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
     PermissionRequest,
@@ -129,8 +132,12 @@ __all__ = [
     "Skill",
     "StreamEventMessage",
     "SystemMessage",
+    "Team",
+    "TeamAgentEvent",
     "TeamMailbox",
+    "TeamMember",
     "TeamMessage",
+    "TeamMessageEvent",
     "TextBlock",
     "ThinkingBlock",
     "TimeoutError",
@@ -163,6 +170,7 @@ __all__ = [
     "create_postgres_history_store",
     "create_postgres_mailbox",
     "create_sqlite_mailbox",
+    "create_team",
     "create_worker",
     "define_agent",
     "define_context_tracer",
@@ -173,5 +181,6 @@ __all__ = [
     "mailbox_id",
     "set_default_runtime",
     "skill",
+    "team_member",
     "tool",
 ]

@@ -26,6 +26,7 @@ from ._tracing import ContextTracer
 from .providers import AnthropicModelClient, ModelClient
 
 if TYPE_CHECKING:
+    from ._team import Team
     from ._transcripts import TranscriptStore
     from .client._query import QueryRun
     from .client._runtime import Runtime
@@ -350,6 +351,14 @@ class Agent:
         :class:`~agent_lattice.Runtime` (default: the process runtime from the environment).
         """
         return self._begin(prompt, options).messages(on_done=self._finish)
+
+    def _query_as_team(
+        self, team: Team, prompt: Any, options: Mapping[str, Any]
+    ) -> AsyncIterator[SDKMessage]:
+        """This agent's query as the lead of ``team`` (run by a TeamWorkflow)."""
+        run = self._begin(prompt, options)
+        run.team = team
+        return run.messages(on_done=self._finish)
 
     def _begin(
         self, prompt: str | Sequence[Mapping[str, Any]], options: Mapping[str, Any]

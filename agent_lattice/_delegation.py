@@ -10,6 +10,7 @@ target runs as a Temporal **child workflow** of the parent's query; a host-defin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,9 @@ class Delegation:
     output_schema: Any = None
     output_validator: Callable[[Any], Any] | None = None
     map_input: Callable[[Any], Any] | None = None
+    # set on a team's member tools: the team whose runtime takes handoffs, and the member
+    team: str | None = None
+    member: str | None = None
 
     @property
     def target_name(self) -> str:
@@ -109,7 +113,7 @@ class Delegation:
                 f"map_input must return a string or content blocks, got {type(prompt).__name__}"
             )
         assert isinstance(parsed, DelegationInput)
-        if parsed.mode == "handoff":
+        if parsed.mode == "handoff" and self.team is None:
             return ToolResult(
                 content=(
                     'handoff_unsupported: mode "handoff" needs a team runtime (a mailbox team); '
@@ -269,6 +273,29 @@ def _delegation_tool(
         # fresh sessions never collide, so calls to a spec may run side by side
         is_concurrency_safe=(lambda _input: True) if kind == "spec" else None,
     )
+
+
+def member_tool(team: str, member: Any) -> ToolDefinition[Any]:
+    """The lead's tool for one team member (``ask`` now, or ``handoff`` to the runtime)."""
+    focus = [f"Ask or hand work to {member.name!r}, a member of team {team!r}"]
+    if member.role:
+        focus.append(f"(role: {member.role})")
+    description = " ".join(focus) + "."
+    if member.focus:
+        description += f" Focus: {member.focus}."
+    description += (
+        ' mode "ask" waits for the member\'s answer; mode "handoff" queues the work and '
+        "returns a receipt at once: the member's report reaches you, in handoff order, "
+        "before your next turn."
+    )
+    target = member.agent
+    from ._team import Team
+
+    if isinstance(target, Team):
+        target = target.lead
+    definition = _delegation_tool("team_member", member.name, target, {"description": description})
+    delegation = dataclasses.replace(definition.delegation, team=team, member=member.name)
+    return dataclasses.replace(definition, delegation=delegation)
 
 
 def _description(given: Any, delegation: Delegation, *, typed: bool) -> str:

@@ -23,6 +23,8 @@ __all__ = [
     "SDKMessage",
     "StreamEventMessage",
     "SystemMessage",
+    "TeamAgentEvent",
+    "TeamMessageEvent",
     "TextBlock",
     "ThinkingBlock",
     "ToolResultBlock",
@@ -263,7 +265,43 @@ class ResultMessage(BaseModel):
         raise _errors.AgentRunError(info.message, subtype=self.subtype)
 
 
+class TeamMessageEvent(BaseModel):
+    """A team mailbox message changed: ``sent`` (a handoff queued), then ``completed`` or
+    ``failed`` (its report is ``body``)."""
+
+    type: Literal["team_message"] = "team_message"
+    team: str
+    event: Literal["sent", "completed", "failed", "cancelled"]
+    message_id: str
+    work_item_id: str
+    thread_id: str
+    from_mailbox: str
+    to_mailbox: str
+    body: str | None = None
+    session_id: str
+
+
+class TeamAgentEvent(BaseModel):
+    """A member agent started or finished a work item (``subtype``: its result's)."""
+
+    type: Literal["team_agent"] = "team_agent"
+    team: str
+    member: str
+    mailbox: str
+    event: Literal["started", "finished"]
+    work_item_id: str
+    workflow_id: str | None = None
+    subtype: str | None = None
+    session_id: str
+
+
 SDKMessage = Annotated[
-    SystemMessage | StreamEventMessage | AssistantMessage | UserMessage | ResultMessage,
+    SystemMessage
+    | StreamEventMessage
+    | AssistantMessage
+    | UserMessage
+    | ResultMessage
+    | TeamMessageEvent
+    | TeamAgentEvent,
     Field(discriminator="type"),
 ]

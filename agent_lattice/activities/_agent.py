@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
@@ -19,7 +20,8 @@ from .._compaction import compacted_history, cut_point, summary_request
 from .._delegation import Delegation
 from .._hooks import ModelRequestContext, ToolResultContext
 from .._loop import text_of
-from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
+from .._mailbox import mailbox_id
+from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock, Usage
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
@@ -36,12 +38,16 @@ from ..providers import ModelRequest, ProviderError
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import (
     AgentRunInput,
+    AgentRunOutput,
     CompactInput,
     CompactOutput,
     DelegateCallInput,
     DelegatePrepared,
+    Handoff,
     ModelCallInput,
     ModelCallOutput,
+    Report,
+    TeamReportInput,
     ToolCallInput,
     ToolCallOutput,
     ToolResultsHookInput,
@@ -278,6 +284,15 @@ class AgentActivities:
             )
         if isinstance(prompt, ToolResult):
             return await refuse(prompt)
+        handoff = delegation.team is not None and getattr(parsed, "mode", "ask") == "handoff"
+        if handoff and input.team_workflow_id is None:
+            return await refuse(
+                ToolResult(
+                    content='handoff_unsupported: mode "handoff" runs through the team runtime: '
+                    'call team.query()/team.prompt(), or use mode "ask".',
+                    is_error=True,
+                )
+            )
         info = activity.info()
         child = delegation.child_agent(
             session_id=uuid.uuid5(_DELEGATION_NS, f"{info.workflow_id}/{use.id}").hex
@@ -300,20 +315,100 @@ class AgentActivities:
         queue = child.task_queue
         if "@" in info.task_queue and not child.config.task_queue:
             queue = f"{queue}@{info.task_queue.rpartition('@')[2]}"  # this process's workers
+        child_input = AgentRunInput(
+            agent=agent_ref(child),
+            session_id=child.session_id,
+            prompt=message.content,
+            head=head,
+            stream=False,
+            request=request_options(child.config),
+            context=input.context,
+            last_input_tokens=child._last_input_tokens(),
+            workspace_grants=[str(writable.resolve(r)) for r in accepted],
+        )
+        workflow_id = workflow_id_for(child, child._next_query())
+        if not handoff:
+            return DelegatePrepared(child=child_input, workflow_id=workflow_id, task_queue=queue)
+        assert delegation.team is not None and delegation.member is not None
+        seed = f"{info.workflow_id}/{use.id}"
+        ids = {
+            "message_id": f"msg_{uuid.uuid5(_DELEGATION_NS, seed + '/m').hex[:20]}",
+            "work_item_id": f"wi_{uuid.uuid5(_DELEGATION_NS, seed + '/w').hex[:20]}",
+        }
+        ids["thread_id"] = ids["message_id"]
+        receipt = {
+            "status": "accepted",
+            "phase": "queued",
+            "completion_pending": True,
+            "member": delegation.member,
+            **ids,
+        }
+        settled = await self._settle(parent, use, ToolResult(content=json.dumps(receipt)), tracer)
         return DelegatePrepared(
-            child=AgentRunInput(
-                agent=agent_ref(child),
-                session_id=child.session_id,
-                prompt=message.content,
-                head=head,
-                stream=False,
-                request=request_options(child.config),
-                context=input.context,
-                last_input_tokens=child._last_input_tokens(),
-                workspace_grants=[str(writable.resolve(r)) for r in accepted],
+            result=settled,
+            handoff=Handoff(
+                team=delegation.team,
+                member=delegation.member,
+                tool_use_id=use.id,
+                tool_name=use.name,
+                lead_key=input.agent_key,
+                lead_session_id=input.session_id,
+                lead_workflow_id=info.workflow_id,
+                from_mailbox=mailbox_id(delegation.team, "lead"),
+                to_mailbox=mailbox_id(delegation.team, delegation.member),
+                task=prompt if isinstance(prompt, str) else json.dumps(prompt),
+                child=child_input,
+                workflow_id=workflow_id,
+                task_queue=queue,
+                **ids,
             ),
-            workflow_id=workflow_id_for(child, child._next_query()),
-            task_queue=queue,
+        )
+
+    async def _absorb(self, delegation: Delegation, output: AgentRunOutput | None) -> None:
+        """A live session target is free again, and takes the delegated query's messages."""
+        if delegation.kind != "session":
+            return
+        child = delegation.target
+        child._run = None
+        if output is None:
+            return
+        transcript, added, head = await run_transcript(self._transcripts, output)
+        store = child.config.history_store
+        if output.compacted:
+            child._history = transcript
+            if store is not None:
+                await store.replace(transcript)
+        else:
+            child._history.extend(added)
+            if store is not None:
+                for m in added:
+                    await store.append(m)
+        child._head = (len(child._history), head) if head is not None else None
+
+    @activity.defn(name="lattice.team_report")
+    async def team_report(self, input: TeamReportInput) -> Report:
+        """A member's work item ended: its report for the lead (a local activity of the
+        TeamWorkflow)."""
+        handoff, output = input.handoff, input.output
+        lead = self._agent(handoff.lead_key, handoff.lead_session_id)
+        delegation = _delegation_of(lead, handoff.tool_name)
+        await self._absorb(delegation, output)
+        if output is None:
+            content, status = f"agent {handoff.member!r} could not run: {input.error}", "failed"
+        else:
+            result = delegation.result_of(output.result)
+            content = text_of(result.content)
+            status = "failed" if result.is_error else "completed"
+            if output.result.subtype in ("interrupted", "error_abort"):
+                status = "cancelled"
+        return Report(
+            tool_use_id=handoff.tool_use_id,
+            member=handoff.member,
+            message_id=handoff.message_id,
+            status=status,
+            content=content,
+            usage=output.result.usage if output else Usage(),
+            usage_by_agent=output.result.usage_by_agent if output else {},
         )
 
     @activity.defn(name="lattice.delegate_finish")
@@ -325,22 +420,7 @@ class AgentActivities:
         delegation = _delegation_of(parent, use.name)
         tracer = _Tracer(parent, input.session_id, input.run_id, input.trace_seq + 1)
         output = input.output
-        if delegation.kind == "session":
-            child = delegation.target
-            child._run = None
-            if output is not None:
-                transcript, added, head = await run_transcript(self._transcripts, output)
-                store = child.config.history_store
-                if output.compacted:
-                    child._history = transcript
-                    if store is not None:
-                        await store.replace(transcript)
-                else:
-                    child._history.extend(added)
-                    if store is not None:
-                        for m in added:
-                            await store.append(m)
-                child._head = (len(child._history), head) if head is not None else None
+        await self._absorb(delegation, output)
         if output is None:
             result = ToolResult(
                 content=f"agent {delegation.target_name!r} could not run: {input.error}",

@@ -18,11 +18,12 @@ from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, S
 from .._options import check_options
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
-from ..workflows._types import AgentRunInput, AgentRunOutput
+from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
 from ._runtime import Runtime, get_default_runtime
 
 if TYPE_CHECKING:
     from .._agent import Agent
+    from .._team import Team
 
 __all__ = ["QueryRun"]
 
@@ -73,6 +74,7 @@ class QueryRun:
         self._interrupt_requested = False
         self._done = False
         self._signals: list[asyncio.Task[None]] = []
+        self.team: Team | None = None  # set when this agent runs as a team's lead
         self.final_head: str | None = None  # the transcript after the run, once it ended
         self.transcript: list[ModelMessage] | None = None  # the whole of it, when compacted
 
@@ -115,16 +117,35 @@ class QueryRun:
             deadline_s=self.deadline_s,
             workspace_grants=self.workspace_grants,
         )
-        self._handle = await runtime.client.start_workflow(
-            "AgentWorkflow",
-            run_input,
-            id=self.workflow_id,
-            task_queue=runtime.task_queue_for(agent),
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            static_summary=f"{agent.name} · {config.model}",
-            static_details=f"session {agent.session_id}",
-            result_type=AgentRunOutput,
-        )
+        if self.team is not None:
+            # the team runtime is the parent; the lead's query (this workflow id) its child
+            team = self.team
+            self._handle = await runtime.client.start_workflow(
+                "TeamWorkflow",
+                TeamRunInput(
+                    team=team.name,
+                    lead=run_input,
+                    lead_workflow_id=self.workflow_id,
+                    lead_task_queue=runtime.task_queue_for(agent),
+                    max_concurrent_work_items=team.max_concurrent_work_items,
+                ),
+                id=f"team-{team.name}-{agent.session_id}-{self.workflow_id.rsplit('-', 1)[1]}",
+                task_queue=runtime.task_queue_for(agent),
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"team {team.name} · lead {agent.name}",
+                result_type=AgentRunOutput,
+            )
+        else:
+            self._handle = await runtime.client.start_workflow(
+                "AgentWorkflow",
+                run_input,
+                id=self.workflow_id,
+                task_queue=runtime.task_queue_for(agent),
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"{agent.name} · {config.model}",
+                static_details=f"session {agent.session_id}",
+                result_type=AgentRunOutput,
+            )
         if self._interrupt_requested:
             self._send_interrupt()
 

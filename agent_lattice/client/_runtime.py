@@ -94,6 +94,8 @@ def _temporal_runtime() -> TemporalRuntime:
 # Between polls of a run's durable messages: each poll is a workflow update (a workflow task
 # and history events); 50 ms keeps the run's own pace while messages stay prompt.
 POLL_COOLDOWN_S = 0.05
+# how long a reader waits for a workflow that another workflow is about to start
+WORKFLOW_APPEARS_S = 60.0
 # How long a just-found embedded server may take to serve after it accepts connections.
 EMBEDDED_READY_TIMEOUT = 20.0
 
@@ -244,7 +246,16 @@ class Runtime:
 
     async def _durable(self, workflow_id: str, from_offset: int) -> AsyncIterator[SDKMessage]:
         handle = self.client.get_workflow_handle(workflow_id)
-        status = (await handle.describe()).status
+        # a team lead's query is started by its TeamWorkflow: it may not exist quite yet
+        deadline = time.monotonic() + WORKFLOW_APPEARS_S
+        while True:
+            try:
+                status = (await handle.describe()).status
+                break
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(POLL_COOLDOWN_S)
         if status != WorkflowExecutionStatus.RUNNING:
             # A closed run is read from its recorded history: no worker needed.
             for message in (await self._recorded_messages(workflow_id))[from_offset:]:

@@ -12,7 +12,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .._errors import LatticeError
 from ..activities import AgentActivities
-from ..workflows import AgentWorkflow
+from ..workflows import AgentWorkflow, TeamWorkflow
 from ._registry import AgentRegistry
 
 if TYPE_CHECKING:
@@ -49,13 +49,14 @@ class LatticePlugin(SimplePlugin):
         super().__init__(
             "agent-lattice",
             data_converter=pydantic_data_converter,
-            workflows=[AgentWorkflow] if activities else None,
+            workflows=[AgentWorkflow, TeamWorkflow] if activities else None,
             activities=[
                 activities.model_request,
                 activities.tool_call,
                 activities.compact,
                 activities.delegate_prepare,
                 activities.delegate_finish,
+                activities.team_report,
                 activities.tool_result_hooks,
                 activities.trace,
             ]

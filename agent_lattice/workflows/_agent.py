@@ -34,11 +34,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._messages import (
         AssistantMessage,
+        ContentBlock,
         ErrorInfo,
         ModelMessage,
         ResultMessage,
         ResultSubtype,
         SystemMessage,
+        TeamAgentEvent,
+        TeamMessageEvent,
+        TextBlock,
         ToolResultBlock,
         ToolUseBlock,
         Usage,
@@ -56,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         DelegatePrepared,
         ModelCallInput,
         ModelCallOutput,
+        Report,
         ToolCallInput,
         ToolCallOutput,
         ToolResultsHookInput,
@@ -92,6 +97,8 @@ class AgentWorkflow:
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._pending_signals: list[asyncio.Task[None]] = []
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
+        self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
+        self._reports: dict[str, Report] = {}
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -111,6 +118,19 @@ class AgentWorkflow:
             if task is not None and not task.done():
                 task.cancel()
         self._signal_children("abort")  # a child ends with error_abort, then its call returns
+
+    @workflow.signal
+    def report(self, report: Report) -> None:
+        """A team member's report on a handoff of this (lead) query."""
+        self._reports[report.tool_use_id] = report
+
+    @workflow.signal
+    def team_message(self, event: TeamMessageEvent) -> None:
+        self._publish(event)
+
+    @workflow.signal
+    def team_agent(self, event: TeamAgentEvent) -> None:
+        self._publish(event)
 
     async def _deadline(self, seconds: float) -> None:
         await workflow.sleep(seconds)
@@ -315,7 +335,11 @@ class AgentWorkflow:
                 self._head = head_before_reply
                 self._new_count -= 1
                 return await self._finish("error_during_execution", error=_error_info(err))
-            results = ModelMessage(role="user", content=[o.block for o in outcomes])
+            blocks: list[ContentBlock] = [o.block for o in outcomes]
+            handed = [u.id for u in uses if u.id in self._handoffs]
+            if handed:  # the lead waits for every handoff of the batch to report
+                blocks.append(await self._collect_reports(handed))
+            results = ModelMessage(role="user", content=blocks)
             self._add(results, UserMessage(message=results, session_id=input.session_id))
             if self._aborted:  # every tool_use is answered in history, then the run ends
                 return await self._finish("error_abort", error=_ABORTED)
@@ -467,7 +491,9 @@ class AgentWorkflow:
         Host code (permission, input mapping, output validation, hooks) runs in local
         activities before and after it."""
         input = self._input
-        call = DelegateCallInput(**self._call_input(use).model_dump())
+        call = DelegateCallInput(
+            **self._call_input(use).model_dump(), team_workflow_id=input.team_workflow_id
+        )
         host = {
             "start_to_close_timeout": timedelta(seconds=input.settings.tool_timeout_s),
             "retry_policy": RetryPolicy(
@@ -482,6 +508,11 @@ class AgentWorkflow:
                 summary=f"{input.agent.name} · delegate {use.name}",
                 **host,
             )
+            if prepared.handoff is not None and input.team_workflow_id is not None:
+                # the team runtime runs it; the receipt answers the call now
+                team = workflow.get_external_workflow_handle(input.team_workflow_id)
+                await team.signal("handoff", prepared.handoff)
+                self._handoffs.add(use.id)
             if prepared.result is not None:
                 return prepared.result
             assert prepared.child is not None and prepared.workflow_id is not None
@@ -519,6 +550,23 @@ class AgentWorkflow:
             if _error_info(err).type in ("HookError", "TracerError"):
                 raise
             return self._could_not_run(use, err)
+
+    async def _collect_reports(self, handed: list[str]) -> TextBlock:
+        """The team's reports on this batch's handoffs, in handoff order, as one text block."""
+        await workflow.wait_condition(lambda: all(i in self._reports for i in handed))
+        reports = [self._reports.pop(i) for i in handed]
+        self._handoffs.difference_update(handed)
+        for r in reports:
+            self._add_child_usage(
+                ResultMessage(
+                    subtype="success", session_id="", usage=r.usage, usage_by_agent=r.usage_by_agent
+                )
+            )
+        parts = [
+            f"[report from {r.member} · {r.status} · message {r.message_id}]\n{r.content}"
+            for r in reports
+        ]
+        return TextBlock(text="Team reports, in handoff order:\n\n" + "\n\n".join(parts))
 
     def _signal_children(self, name: str) -> None:
         async def send(handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput]) -> None:

@@ -7,7 +7,7 @@ replaying.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -32,9 +32,13 @@ __all__ = [
     "Continuation",
     "DelegateCallInput",
     "DelegatePrepared",
+    "Handoff",
     "ModelCallInput",
     "ModelCallOutput",
+    "Report",
     "RequestOptions",
+    "TeamReportInput",
+    "TeamRunInput",
     "ToolCallInput",
     "ToolCallOutput",
     "ToolResultsHookInput",
@@ -126,6 +130,8 @@ class AgentRunInput(BaseModel):
     last_input_tokens: int = 0
     # directories this query may write to beyond the agent's workspace (accepted grants)
     workspace_grants: list[str] = Field(default_factory=list)
+    # the TeamWorkflow running this (lead) query's handoffs, when it is a team's lead
+    team_workflow_id: str | None = None
     # set when a long query continued as new: where the previous run left off
     continuation: Continuation | None = None
     stream: bool = True
@@ -236,11 +242,62 @@ class DelegateCallInput(ToolCallInput):
     # finish only: how the child query ended (None: it could not run, see ``error``)
     output: AgentRunOutput | None = None
     error: str | None = None
+    # the TeamWorkflow of a team lead's query (handoffs go there)
+    team_workflow_id: str | None = None
+
+
+class Handoff(BaseModel):
+    """One accepted handoff: the member work a TeamWorkflow runs for its lead."""
+
+    team: str
+    member: str
+    tool_use_id: str
+    tool_name: str
+    lead_key: str
+    lead_session_id: str
+    lead_workflow_id: str = ""
+    message_id: str
+    work_item_id: str
+    thread_id: str
+    from_mailbox: str
+    to_mailbox: str
+    task: str
+    child: AgentRunInput
+    workflow_id: str
+    task_queue: str | None = None
+
+
+class Report(BaseModel):
+    """A member's report on one handoff, for the lead."""
+
+    tool_use_id: str
+    member: str
+    message_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    content: str
+    usage: Usage = Field(default_factory=Usage)
+    usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
+
+
+class TeamReportInput(BaseModel):
+    handoff: Handoff
+    output: AgentRunOutput | None = None
+    error: str | None = None
+
+
+class TeamRunInput(BaseModel):
+    team: str
+    lead: AgentRunInput
+    lead_workflow_id: str
+    lead_task_queue: str
+    max_concurrent_work_items: int = 1
 
 
 class DelegatePrepared(BaseModel):
-    # the call ends here (permission denied, invalid input, unsupported mode, busy session)
+    # the call ends here (permission denied, invalid input, unsupported mode, busy session),
+    # or, with ``handoff``, this is the receipt and the team runtime runs the work
     result: ToolCallOutput | None = None
+    handoff: Handoff | None = None
     # else the child query to start
     child: AgentRunInput | None = None
     workflow_id: str | None = None

@@ -1,0 +1,229 @@
+"""TeamWorkflow: the runtime of one ``team.query()``.
+
+It starts the lead's query as a child ``AgentWorkflow`` and runs the work the lead hands off:
+each accepted handoff arrives as a signal, becomes a mailbox message, and runs as a child
+``AgentWorkflow`` of the member — at most ``max_concurrent_work_items`` at a time, one at a
+time per member mailbox. Progress goes to the lead as ``team_message``/``team_agent`` events
+(published on the lead's stream, so readers see one stream in progress order), and each
+member's report goes back as a ``report`` signal; the lead collects its batch's reports in
+handoff order. The mailbox state lives here, durable through Temporal; ``mailbox`` reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from .._mailbox import TeamMessage
+    from .._messages import TeamAgentEvent, TeamMessageEvent
+    from ._types import AgentRunOutput, Handoff, Report, TeamReportInput, TeamRunInput
+
+TEAM_REPORT_ACTIVITY = "lattice.team_report"
+
+
+@workflow.defn(name="TeamWorkflow")
+class TeamWorkflow:
+    @workflow.init
+    def __init__(self, input: TeamRunInput) -> None:
+        self._input = input
+        self._queue: list[Handoff] = []
+        self._messages: dict[str, TeamMessage] = {}
+        self._busy: set[str] = set()  # member mailboxes with a work item running
+        self._running: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
+        self._lead: workflow.ChildWorkflowHandle[Any, AgentRunOutput] | None = None
+        self._stopping: str | None = None  # "interrupt" or "abort" once asked
+        self._last_send: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    @workflow.signal
+    def handoff(self, handoff: Handoff) -> None:
+        self._queue.append(handoff)
+        self._messages[handoff.message_id] = TeamMessage(
+            id=handoff.message_id,
+            from_mailbox=handoff.from_mailbox,
+            to_mailbox=handoff.to_mailbox,
+            kind="task",
+            body=handoff.task,
+            thread_id=handoff.thread_id,
+            metadata={"work_item_id": handoff.work_item_id, "tool_use_id": handoff.tool_use_id},
+            created_at=workflow.now().timestamp(),
+            updated_at=workflow.now().timestamp(),
+        )
+        self._event_message(handoff, "sent", handoff.task)
+
+    @workflow.signal
+    def interrupt(self) -> None:
+        self._stop("interrupt")
+
+    @workflow.signal
+    def abort(self) -> None:
+        self._stop("abort")
+
+    @workflow.query
+    def mailbox(self) -> list[TeamMessage]:
+        return list(self._messages.values())
+
+    @workflow.run
+    async def run(self, input: TeamRunInput) -> AgentRunOutput:
+        info = workflow.info()
+        lead_input = input.lead.model_copy(update={"team_workflow_id": info.workflow_id})
+        self._lead = await workflow.start_child_workflow(
+            "AgentWorkflow",
+            lead_input,
+            id=input.lead_workflow_id,
+            task_queue=input.lead_task_queue,
+            result_type=AgentRunOutput,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=f"{input.lead.agent.name} · lead of team {input.team}",
+        )
+        if self._stopping is not None:
+            self._forward(self._lead, self._stopping)
+        runner = asyncio.ensure_future(self._run_work())
+        try:
+            return await self._lead
+        finally:
+            runner.cancel()
+
+    def _stop(self, how: str) -> None:
+        self._stopping = how
+        if self._lead is not None:
+            self._forward(self._lead, how)
+        for handle in self._running.values():
+            self._forward(handle, how)
+
+    def _forward(
+        self, handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput], name: str
+    ) -> None:
+        async def send() -> None:
+            try:
+                await handle.signal(name)
+            except Exception as err:  # closed meanwhile
+                workflow.logger.debug("signal %s failed: %s", name, err)
+
+        self._tasks.add(asyncio.ensure_future(send()))
+
+    def _startable(self) -> Handoff | None:
+        if len(self._busy) >= self._input.max_concurrent_work_items:
+            return None
+        return next((h for h in self._queue if h.to_mailbox not in self._busy), None)
+
+    async def _run_work(self) -> None:
+        while True:
+            await workflow.wait_condition(lambda: self._startable() is not None)
+            handoff = self._startable()
+            assert handoff is not None
+            self._queue.remove(handoff)
+            self._busy.add(handoff.to_mailbox)
+            task = asyncio.ensure_future(self._work(handoff))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _work(self, handoff: Handoff) -> None:
+        """One work item: the member's query as a child workflow, then its report."""
+        output: AgentRunOutput | None = None
+        error: str | None = None
+        self._set_status(handoff.message_id, "processing")
+        try:
+            if self._stopping is not None:
+                error = f"the team run was stopped ({self._stopping}) before this work started"
+            else:
+                child_input = handoff.child.model_copy(
+                    update={"settings": self._input.lead.settings}
+                )
+                handle = await workflow.start_child_workflow(
+                    "AgentWorkflow",
+                    child_input,
+                    id=handoff.workflow_id,
+                    task_queue=handoff.task_queue,
+                    result_type=AgentRunOutput,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    static_summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
+                )
+                self._running[handoff.work_item_id] = handle
+                self._event_agent(handoff, "started", None)
+                if self._stopping is not None:
+                    self._forward(handle, self._stopping)
+                output = await handle
+        except ChildWorkflowError as err:
+            error = str(err.cause or err)
+        finally:
+            self._running.pop(handoff.work_item_id, None)
+        report: Report = await workflow.execute_local_activity(
+            TEAM_REPORT_ACTIVITY,
+            TeamReportInput(handoff=handoff, output=output, error=error),
+            result_type=Report,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(non_retryable_error_types=["AgentNotRegistered"]),
+            summary=f"team {handoff.team} · report from {handoff.member}",
+        )
+        self._busy.discard(handoff.to_mailbox)
+        status = {"completed": "done", "failed": "failed", "cancelled": "cancelled"}[report.status]
+        self._set_status(handoff.message_id, status, report.content)
+        if output is not None:
+            self._event_agent(handoff, "finished", output.result.subtype)
+        self._event_message(handoff, report.status, report.content)
+        sent = self._to_lead("report", report)
+        if sent is not None:
+            await sent
+
+    def _set_status(self, message_id: str, status: Any, result: str | None = None) -> None:
+        message = self._messages[message_id]
+        self._messages[message_id] = message.model_copy(
+            update={
+                "status": status,
+                "result": result if result is not None else message.result,
+                "updated_at": workflow.now().timestamp(),
+            }
+        )
+
+    def _event_message(self, handoff: Handoff, event: Any, body: str | None) -> None:
+        self._to_lead(
+            "team_message",
+            TeamMessageEvent(
+                team=handoff.team,
+                event=event,
+                message_id=handoff.message_id,
+                work_item_id=handoff.work_item_id,
+                thread_id=handoff.thread_id,
+                from_mailbox=handoff.from_mailbox,
+                to_mailbox=handoff.to_mailbox,
+                body=body,
+                session_id=self._input.lead.session_id,
+            ),
+        )
+
+    def _event_agent(self, handoff: Handoff, event: Any, subtype: str | None) -> None:
+        self._to_lead(
+            "team_agent",
+            TeamAgentEvent(
+                team=handoff.team,
+                member=handoff.member,
+                mailbox=handoff.to_mailbox,
+                event=event,
+                work_item_id=handoff.work_item_id,
+                workflow_id=handoff.workflow_id,
+                subtype=subtype,
+                session_id=self._input.lead.session_id,
+            ),
+        )
+
+    def _to_lead(self, signal: str, event: Any) -> asyncio.Future[None] | None:
+        """Send an event to the lead (in order: each send waits for the one before)."""
+        if self._lead is None:
+            return None
+        lead, before = self._lead, self._last_send
+
+        async def send() -> None:
+            if before is not None:
+                await before
+            await lead.signal(signal, event)
+
+        self._last_send = asyncio.ensure_future(send())
+        return self._last_send

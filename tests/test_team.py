@@ -1,0 +1,170 @@
+"""Mailbox teams on a TeamWorkflow: ask, handoff receipts and ordered reports, failure
+isolation, bounded concurrency, events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_lattice import (
+    OptionError,
+    ResultMessage,
+    TeamAgentEvent,
+    TeamMessageEvent,
+    create_bare_agent,
+    create_team,
+    define_agent,
+    team_member,
+)
+from agent_lattice.testing import (
+    RecordedRequest,
+    Reply,
+    collect,
+    error,
+    message,
+    slow,
+    text,
+    tool_use_block,
+)
+
+from conftest import API_KEY
+
+
+def agent(fake, name: str, **options):
+    return create_bare_agent(
+        api_key=API_KEY,
+        base_url=fake.base_url,
+        model="claude-test",
+        name=name,
+        system_prompt=f"You are {name}.",
+        **options,
+    )
+
+
+def route(**handlers):
+    def handle(request: RecordedRequest) -> Reply:
+        for name, h in handlers.items():
+            if f"You are {name}." in (request.system or ""):
+                return h(request)
+        raise AssertionError(f"unrouted request: {request.system!r}")
+
+    return handle
+
+
+async def test_handoffs_answer_with_receipts_then_reports_in_handoff_order(
+    fake_anthropic, lattice_runtime
+):
+    seen_by_lead: list[list[dict]] = []
+
+    def lead(request: RecordedRequest) -> Reply:
+        seen_by_lead.append(request.messages)
+        if len(request.messages) == 1:
+            return message(
+                [
+                    tool_use_block("researcher", {"mode": "handoff", "task": "slow research"}),
+                    tool_use_block("writer", {"mode": "handoff", "task": "quick draft"}),
+                ],
+                stop_reason="tool_use",
+            )
+        return text("Both reported.")
+
+    fake_anthropic.set_handler(
+        route(
+            lead=lead,
+            researcher=lambda r: slow(text("research done"), delay=0.8),
+            writer=lambda r: text("draft done"),
+        )
+    )
+    team = create_team(
+        name="engineering",
+        lead=agent(fake_anthropic, "lead"),
+        members=[
+            team_member(
+                name="researcher",
+                role="executor",
+                focus="Research",
+                agent=agent(fake_anthropic, "researcher"),
+            ),
+            team_member(name="writer", role="executor", agent=agent(fake_anthropic, "writer")),
+        ],
+        runner={"max_concurrent_work_items": 2},
+    )
+
+    messages = await collect(team.query("Plan the release."))
+
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.result == "Both reported."
+    # the lead was asked exactly twice: after the batch it waited for both reports
+    assert len(seen_by_lead) == 2
+    last_user = seen_by_lead[1][-1]["content"]
+    receipts = [json.loads(b["content"]) for b in last_user if b["type"] == "tool_result"]
+    assert [r["status"] for r in receipts] == ["accepted", "accepted"]
+    assert all(r["phase"] == "queued" and r["completion_pending"] for r in receipts)
+    assert {"message_id", "work_item_id", "thread_id"} <= set(receipts[0])
+    reports = last_user[-1]["text"]
+    # in handoff order, though the writer finished first
+    assert reports.index("report from researcher") < reports.index("report from writer")
+    assert "research done" in reports and "draft done" in reports
+    events = [m for m in messages if isinstance(m, TeamMessageEvent | TeamAgentEvent)]
+    finished = [e.member for e in events if isinstance(e, TeamAgentEvent) and e.event == "finished"]
+    assert finished == ["writer", "researcher"]  # real progress order
+    sent = [e for e in events if isinstance(e, TeamMessageEvent) and e.event == "sent"]
+    assert {e.to_mailbox for e in sent} == {"engineering::researcher", "engineering::writer"}
+    assert set(result.usage_by_agent) == {"lead", "researcher", "writer"}
+
+
+async def test_failure_isolation_and_serial_by_default(fake_anthropic, lattice_runtime):
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return message(
+                [
+                    tool_use_block("flaky", {"mode": "handoff", "task": "a"}),
+                    tool_use_block("steady", {"mode": "handoff", "task": "b"}),
+                ],
+                stop_reason="tool_use",
+            )
+        return text("partial result accepted")
+
+    fake_anthropic.set_handler(
+        route(
+            lead=lead,
+            flaky=lambda r: error(400, "bad request from flaky"),
+            steady=lambda r: slow(text("steady ok"), delay=0.3),
+        )
+    )
+    team = create_team(
+        name="ops",
+        lead=agent(fake_anthropic, "lead"),
+        members=[
+            team_member(name="flaky", agent=agent(fake_anthropic, "flaky")),
+            team_member(name="steady", agent=agent(fake_anthropic, "steady")),
+        ],
+    )
+    messages = await collect(team.query("Do both."))
+    assert messages[-1].result == "partial result accepted"
+    failed = [e for e in messages if isinstance(e, TeamMessageEvent) and e.event == "failed"]
+    completed = [e for e in messages if isinstance(e, TeamMessageEvent) and e.event == "completed"]
+    assert [e.to_mailbox for e in failed] == ["ops::flaky"]
+    assert [e.to_mailbox for e in completed] == ["ops::steady"]
+    assert "bad request from flaky" in failed[0].body
+    progress = [(e.event, e.member) for e in messages if isinstance(e, TeamAgentEvent)]
+    assert progress == [  # one work item at a time by default
+        ("started", "flaky"),
+        ("finished", "flaky"),
+        ("started", "steady"),
+        ("finished", "steady"),
+    ]
+
+
+def test_team_options_are_checked(fake_anthropic):
+    lead = agent(fake_anthropic, "lead")
+    with pytest.raises(OptionError, match='TeamOptions: unknown option "maxConcurrentWorkItems"'):
+        create_team(name="t", lead=lead, members=[], maxConcurrentWorkItems=2)
+    with pytest.raises(OptionError, match="max_concurrent_work_items must be a positive integer"):
+        create_team(name="t", lead=lead, members=[], runner={"max_concurrent_work_items": 0})
+    with pytest.raises(OptionError, match='TeamMemberOptions: unknown option "agentLike"'):
+        team_member(name="x", agentLike=lead)
+    member = team_member(name="x", agent=define_agent(model="m", name="x"))
+    with pytest.raises(OptionError, match="duplicate member names"):
+        create_team(name="t", lead=lead, members=[member, member])
