@@ -76,6 +76,8 @@ class Delegation:
     # set on a team's member tools: the team whose runtime takes handoffs, and the member
     team: str | None = None
     member: str | None = None
+    # a member that is itself a team: its calls run that team's TeamWorkflow
+    inner_team: Any = None
 
     @property
     def target_name(self) -> str:
@@ -291,10 +293,13 @@ def member_tool(team: str, member: Any) -> ToolDefinition[Any]:
     target = member.agent
     from ._team import Team
 
-    if isinstance(target, Team):
-        target = target.lead
+    inner = target if isinstance(target, Team) else None
+    if inner is not None:
+        target = inner.lead
     definition = _delegation_tool("team_member", member.name, target, {"description": description})
-    delegation = dataclasses.replace(definition.delegation, team=team, member=member.name)
+    delegation = dataclasses.replace(
+        definition.delegation, team=team, member=member.name, inner_team=inner
+    )
     return dataclasses.replace(definition, delegation=delegation)
 
 

@@ -3,6 +3,7 @@ isolation, bounded concurrency, events."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -25,6 +26,7 @@ from agent_lattice.testing import (
     message,
     slow,
     text,
+    tool_use,
     tool_use_block,
 )
 
@@ -168,3 +170,102 @@ def test_team_options_are_checked(fake_anthropic):
     member = team_member(name="x", agent=define_agent(model="m", name="x"))
     with pytest.raises(OptionError, match="duplicate member names"):
         create_team(name="t", lead=lead, members=[member, member])
+
+
+async def child_ids(client, workflow_id: str) -> list[str]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+
+
+async def test_nested_team_each_level_its_own_workflow(fake_anthropic, lattice_runtime):
+    def manager(member_tasks: dict[str, str], final: str):
+        def handle(request: RecordedRequest) -> Reply:
+            if len(request.messages) == 1:
+                return message(
+                    [
+                        tool_use_block(name, {"mode": "handoff", "task": task})
+                        for name, task in member_tasks.items()
+                    ],
+                    stop_reason="tool_use",
+                )
+            return text(final + " | " + request.messages[-1]["content"][-1]["text"][:200])
+
+        return handle
+
+    fake_anthropic.set_handler(
+        route(
+            ceo=manager({"engineering": "Ship the notebook app."}, "CEO summary"),
+            head=manager({"backend": "Build the API.", "frontend": "Build the UI."}, "eng done"),
+            backend=lambda r: text("API ready"),
+            frontend=lambda r: text("UI ready"),
+        )
+    )
+    engineering = create_team(
+        name="engineering",
+        lead=agent(fake_anthropic, "head"),
+        members=[
+            team_member(name="backend", role="executor", agent=agent(fake_anthropic, "backend")),
+            team_member(name="frontend", role="executor", agent=agent(fake_anthropic, "frontend")),
+        ],
+    )
+    company = create_team(
+        name="company",
+        lead=agent(fake_anthropic, "ceo"),
+        members=[team_member(name="engineering", role="head", agent=engineering)],
+    )
+
+    result = await company.prompt("Build a notebook app.")
+
+    assert result.result.startswith("CEO summary")
+    assert "eng done" in result.result  # the engineering team's answer reached the CEO
+    assert set(result.usage_by_agent) == {"ceo", "head", "backend", "frontend"}
+    client = lattice_runtime.client
+    ceo = company.lead
+    company_run = f"team-company-{ceo.session_id}-1"
+    top = await child_ids(client, company_run)
+    assert top[0] == f"ceo-{ceo.session_id}-1"  # the lead's query
+    (eng_run,) = [w for w in top if w.startswith("team-engineering-")]
+    eng_children = await child_ids(client, eng_run)
+    assert eng_children[0].startswith("head-")
+    assert {w.split("-")[0] for w in eng_children[1:]} == {"backend", "frontend"}
+
+
+async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
+    fake_anthropic, lattice_runtime
+):
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return tool_use("researcher", {"mode": "ask", "task": "quick check"})
+        if len(request.messages) == 3:
+            return tool_use("researcher", {"mode": "handoff", "task": "long job"})
+        return text("stopped")
+
+    calls: list[str] = []
+
+    def researcher(request: RecordedRequest) -> Reply:
+        calls.append(request.messages[0]["content"])
+        if "long job" in request.messages[0]["content"]:
+            return slow(text("never"), delay=30)
+        return text("checked")
+
+    fake_anthropic.set_handler(route(lead=lead, researcher=researcher))
+    team = create_team(
+        name="lab",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="researcher", agent=agent(fake_anthropic, "researcher"))],
+    )
+    task = asyncio.ensure_future(collect(team.query("go")))
+    for _ in range(200):
+        if len(calls) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert calls[0] == "quick check"  # ask ran the member before the lead went on
+    assert team.interrupt() is True
+    messages = await asyncio.wait_for(task, 40)
+    assert messages[-1].subtype == "interrupted"
+    ended = [e.event for e in messages if isinstance(e, TeamMessageEvent) and e.event != "sent"]
+    assert ended == ["cancelled"]  # the handed-off work was interrupted, not waited out

@@ -48,6 +48,7 @@ from ..workflows._types import (
     ModelCallOutput,
     Report,
     TeamReportInput,
+    TeamRunInput,
     ToolCallInput,
     ToolCallOutput,
     ToolResultsHookInput,
@@ -327,8 +328,21 @@ class AgentActivities:
             workspace_grants=[str(writable.resolve(r)) for r in accepted],
         )
         workflow_id = workflow_id_for(child, child._next_query())
+        team_child = None
+        if delegation.inner_team is not None:  # a team member: its own TeamWorkflow runs it
+            inner = delegation.inner_team
+            team_child = TeamRunInput(
+                team=inner.name,
+                lead=child_input,
+                lead_workflow_id=workflow_id,
+                lead_task_queue=queue,
+                max_concurrent_work_items=inner.max_concurrent_work_items,
+            )
+            workflow_id = f"team-{inner.name}-{workflow_id.removeprefix(child.name + '-')}"
         if not handoff:
-            return DelegatePrepared(child=child_input, workflow_id=workflow_id, task_queue=queue)
+            return DelegatePrepared(
+                child=child_input, workflow_id=workflow_id, task_queue=queue, team_child=team_child
+            )
         assert delegation.team is not None and delegation.member is not None
         seed = f"{info.workflow_id}/{use.id}"
         ids = {
@@ -360,6 +374,7 @@ class AgentActivities:
                 child=child_input,
                 workflow_id=workflow_id,
                 task_queue=queue,
+                team_child=team_child,
                 **ids,
             ),
         )

@@ -517,12 +517,16 @@ class AgentWorkflow:
                 return prepared.result
             assert prepared.child is not None and prepared.workflow_id is not None
             child_input = prepared.child.model_copy(update={"settings": input.settings})
+            kind, child_arg = "AgentWorkflow", child_input
+            if prepared.team_child is not None:  # the member is a team: run its TeamWorkflow
+                kind = "TeamWorkflow"
+                child_arg = prepared.team_child.model_copy(update={"lead": child_input})
             output: AgentRunOutput | None = None
             error: str | None = None
             try:
                 handle = await workflow.start_child_workflow(
-                    "AgentWorkflow",
-                    child_input,
+                    kind,
+                    child_arg,
                     id=prepared.workflow_id,
                     task_queue=prepared.task_queue,
                     result_type=AgentRunOutput,

@@ -137,9 +137,13 @@ class TeamWorkflow:
                 child_input = handoff.child.model_copy(
                     update={"settings": self._input.lead.settings}
                 )
+                kind, child_arg = "AgentWorkflow", child_input
+                if handoff.team_child is not None:  # a nested team
+                    kind = "TeamWorkflow"
+                    child_arg = handoff.team_child.model_copy(update={"lead": child_input})
                 handle = await workflow.start_child_workflow(
-                    "AgentWorkflow",
-                    child_input,
+                    kind,
+                    child_arg,
                     id=handoff.workflow_id,
                     task_queue=handoff.task_queue,
                     result_type=AgentRunOutput,

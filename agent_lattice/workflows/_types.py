@@ -246,6 +246,14 @@ class DelegateCallInput(ToolCallInput):
     team_workflow_id: str | None = None
 
 
+class TeamRunInput(BaseModel):
+    team: str
+    lead: AgentRunInput
+    lead_workflow_id: str
+    lead_task_queue: str
+    max_concurrent_work_items: int = 1
+
+
 class Handoff(BaseModel):
     """One accepted handoff: the member work a TeamWorkflow runs for its lead."""
 
@@ -265,6 +273,8 @@ class Handoff(BaseModel):
     child: AgentRunInput
     workflow_id: str
     task_queue: str | None = None
+    # the member is a team: its TeamWorkflow runs the work (``child`` is its lead's query)
+    team_child: TeamRunInput | None = None
 
 
 class Report(BaseModel):
@@ -285,19 +295,13 @@ class TeamReportInput(BaseModel):
     error: str | None = None
 
 
-class TeamRunInput(BaseModel):
-    team: str
-    lead: AgentRunInput
-    lead_workflow_id: str
-    lead_task_queue: str
-    max_concurrent_work_items: int = 1
-
-
 class DelegatePrepared(BaseModel):
     # the call ends here (permission denied, invalid input, unsupported mode, busy session),
     # or, with ``handoff``, this is the receipt and the team runtime runs the work
     result: ToolCallOutput | None = None
     handoff: Handoff | None = None
+    # the target is a team: start its TeamWorkflow (``workflow_id``) instead of ``child``
+    team_child: TeamRunInput | None = None
     # else the child query to start
     child: AgentRunInput | None = None
     workflow_id: str | None = None
