@@ -247,8 +247,8 @@ async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
     calls: list[str] = []
 
     def researcher(request: RecordedRequest) -> Reply:
-        calls.append(request.messages[0]["content"])
-        if "long job" in request.messages[0]["content"]:
+        calls.append(request.messages[-1]["content"])  # a live session: history grows
+        if "long job" in request.messages[-1]["content"]:
             return slow(text("never"), delay=30)
         return text("checked")
 
