@@ -94,6 +94,32 @@ def build_supervisor(base_url: str):
     )
 
 
+def build_team(base_url: str):
+    from agent_lattice import create_bare_agent, create_team, team_member
+
+    def member(name: str, tools):
+        return create_bare_agent(
+            name=name,
+            api_key=API_KEY,
+            base_url=base_url,
+            model="claude-test",
+            system_prompt=f"You are {name}.",
+            tools=tools,
+        )
+
+    return create_team(
+        name="crew",
+        lead=member("chief", []),
+        members=[
+            team_member(
+                name="fast", agent=member("fast", [tool("record", "Record", Note, record)])
+            ),
+            team_member(name="slow", agent=member("slow", [tool("block", "Block", Note, block)])),
+        ],
+        runner={"max_concurrent_work_items": 2},
+    )
+
+
 async def _serve(address: str, base_url: str) -> None:
     from contextlib import AsyncExitStack
 
@@ -101,7 +127,12 @@ async def _serve(address: str, base_url: str) -> None:
     from agent_lattice.worker import create_workers
 
     runtime = await Runtime.connect(address, inline_workers=False)
-    agents = [build_agent(base_url), build_compacting_agent(base_url), build_supervisor(base_url)]
+    agents = [
+        build_agent(base_url),
+        build_compacting_agent(base_url),
+        build_supervisor(base_url),
+        build_team(base_url).lead,
+    ]
     async with AsyncExitStack() as stack:
         for worker in create_workers(runtime.client, agents):
             await stack.enter_async_context(worker)

@@ -21,13 +21,15 @@ from agent_lattice.testing import (
     Reply,
     assert_eventually,
     hang,
+    message,
     slow,
     text,
     tool_use,
+    tool_use_block,
 )
 
 from conftest import keep_history
-from crash_app import build_agent, build_compacting_agent, build_supervisor
+from crash_app import build_agent, build_compacting_agent, build_supervisor, build_team
 
 HERE = Path(__file__).parent
 
@@ -231,3 +233,45 @@ async def test_kill_while_a_child_agent_runs_finishes_both(
     child_requests = [r for r in fake_anthropic.requests if "subworker" in (r.system or "")]
     assert len(child_requests) == 3  # no child model call repeated
     assert set(result.usage_by_agent) == {"boss", "subworker"}
+
+
+async def test_kill_mid_team_run_finishes_without_repeating_member_work(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    def model(request: RecordedRequest) -> Reply:
+        system = request.system or ""
+        done = [r["content"] for r in request.tool_results]
+        if "You are chief." in system:
+            if len(request.messages) == 1:
+                return message(
+                    [
+                        tool_use_block("fast", {"mode": "handoff", "task": "record A"}),
+                        tool_use_block("slow", {"mode": "handoff", "task": "block B"}),
+                    ],
+                    stop_reason="tool_use",
+                )
+            return text("crew finished")
+        if "You are fast." in system:
+            return tool_use("record", {"text": "A"}) if not done else text("A recorded")
+        return tool_use("block", {"text": "B"}) if not done else text("B blocked")
+
+    fake_anthropic.set_handler(model)
+    team = build_team(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(team.prompt("Run the crew.", runtime=remote_runtime))
+
+    await assert_eventually(
+        lambda: "block-start:B" in effects.read_text() and "record:A" in effects.read_text(),
+        within=30,
+    )
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "crew finished"
+    lines = effects.read_text().splitlines()
+    assert lines.count("record:A") == 1  # the finished member's work never ran again
+    assert lines.count("block-start:B") == 2 and lines.count("block-done:B") == 1
+    fast_calls = [r for r in fake_anthropic.requests if "You are fast." in (r.system or "")]
+    assert len(fast_calls) == 2
+    assert set(result.usage_by_agent) == {"chief", "fast", "slow"}
