@@ -269,3 +269,70 @@ async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
     assert messages[-1].subtype == "interrupted"
     ended = [e.event for e in messages if isinstance(e, TeamMessageEvent) and e.event != "sent"]
     assert ended == ["cancelled"]  # the handed-off work was interrupted, not waited out
+
+
+async def test_handoff_grants_are_checked_recorded_and_enforced(
+    fake_anthropic, lattice_runtime, tmp_path
+):
+    from agent_lattice import create_agent
+
+    shared, foreign = tmp_path / "shared", tmp_path / "foreign"
+    shared.mkdir()
+    foreign.mkdir()
+
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return tool_use(
+                "backend",
+                {
+                    "mode": "handoff",
+                    "task": "write the API notes",
+                    "workspace_grants": [
+                        {"root": str(shared / "backend"), "access": ["write"], "reason": "repo"},
+                        {"root": str(foreign), "access": ["write"]},
+                    ],
+                },
+            )
+        return text("noted")
+
+    def backend(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return message(
+                [
+                    tool_use_block(
+                        "Write", {"file_path": str(shared / "backend" / "api.md"), "content": "ok"}
+                    ),
+                    tool_use_block("Write", {"file_path": str(foreign / "x.md"), "content": "no"}),
+                ],
+                stop_reason="tool_use",
+            )
+        return text("wrote what I could")
+
+    fake_anthropic.set_handler(route(lead=lead, backend=backend))
+    member = create_agent(
+        api_key=API_KEY,
+        base_url=fake_anthropic.base_url,
+        model="claude-test",
+        name="backend",
+        system_prompt="You are backend.",
+        workspace=str(tmp_path / "backend-ws"),
+    )
+    team = create_team(
+        name="eng",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="backend", agent=member)],
+    )
+    result = await team.prompt(
+        "Write docs.",
+        permissions={"workspace_grants": [{"root": str(shared), "access": ["write"]}]},
+    )
+    assert result.result == "noted"
+    assert (shared / "backend" / "api.md").read_text() == "ok"
+    assert list(foreign.iterdir()) == []
+    backend_calls = [r for r in fake_anthropic.requests if "You are backend." in (r.system or "")]
+    denied = json.loads(backend_calls[1].tool_results[1]["content"])
+    assert denied["error"] == "permission_denied"
+    handle = lattice_runtime.client.get_workflow_handle(f"team-eng-{team.lead.session_id}-1")
+    (task,) = await handle.query("mailbox")
+    assert task["metadata"]["workspace_grants"] == [str((shared / "backend").resolve())]
+    assert task["status"] == "done" and task["to_mailbox"] == "eng::backend"

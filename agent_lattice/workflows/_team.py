@@ -52,7 +52,12 @@ class TeamWorkflow:
             kind="task",
             body=handoff.task,
             thread_id=handoff.thread_id,
-            metadata={"work_item_id": handoff.work_item_id, "tool_use_id": handoff.tool_use_id},
+            metadata={
+                "work_item_id": handoff.work_item_id,
+                "tool_use_id": handoff.tool_use_id,
+                # the accepted write grants, enforced by the member's built-in write tools
+                "workspace_grants": list(handoff.child.workspace_grants),
+            },
             created_at=workflow.now().timestamp(),
             updated_at=workflow.now().timestamp(),
         )
