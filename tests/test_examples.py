@@ -61,6 +61,12 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "report.md: # Findings",
         "bare agent: This host did not approve write or shell access.",
     ),
+    "team.py": (
+        "team_message sent: company::lead -> company::engineering",
+        "team_agent engineering finished",
+        "CEO: engineering shipped the notebook app (API and UI).",
+        "agents: backend, ceo, frontend, head",
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 
