@@ -12,19 +12,23 @@ handoff order. A Team is an AgentLike: ``query()``, ``prompt()``, ``interrupt()`
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
 
 from ._errors import OptionError
-from ._mailbox import TeamMailbox, check_mailbox, create_memory_mailbox, mailbox_id
+from ._mailbox import TeamMailbox, TeamMessage, check_mailbox, create_memory_mailbox, mailbox_id
 from ._messages import ResultMessage, SDKMessage
 from ._options import check_options
+from ._tools import ToolDefinition, ToolResult, tool
 
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["Team", "TeamMember", "create_team", "team_member"]
+__all__ = ["DrainResult", "Team", "TeamMember", "create_team", "team_member"]
 
 _TEAM_OPTIONS = frozenset(
     {"name", "lead", "members", "mailbox", "runner", "expose_lead_mailbox_tools"}
@@ -73,6 +77,7 @@ class Team:
         self.members = tuple(members)
         self.mailbox = mailbox
         self.max_concurrent_work_items = max_concurrent_work_items
+        self._claims: dict[str, _Claim] = {}
 
     def mailbox_id(self, member: str) -> str:
         return mailbox_id(self.name, member)
@@ -93,6 +98,81 @@ class Team:
     def interrupt(self) -> bool:
         """Interrupt the team's running query (it reaches the lead and the members' work)."""
         return self.lead.interrupt()
+
+    async def send(
+        self, to: str, body: str, *, from_: str = "user", subject: str | None = None
+    ) -> TeamMessage:
+        """Put a message in a member's mailbox (``to``: a member name or a mailbox id)."""
+        target = to if "::" in to else self.mailbox_id(to)
+        if target.split("::", 1)[1] not in {"lead", *(m.name for m in self.members)}:
+            raise OptionError(f"team {self.name!r} has no member mailbox {target!r}")
+        sender = from_ if "::" in from_ or from_ == "user" else self.mailbox_id(from_)
+        return await self.mailbox.send(
+            TeamMessage(from_mailbox=sender, to_mailbox=target, body=body, subject=subject)
+        )
+
+    async def drain(
+        self, *, max_rounds: int = 5, max_messages: int = 20, **query: Any
+    ) -> DrainResult:
+        """Advance already-routed work: each round, every member claims the next pending
+        message of its own mailbox and is prompted with it. Nothing is re-routed. A member
+        that ends without ``team_reply`` or ``team_followup`` fails the message, and a
+        diagnostic follow-up goes to the sender's mailbox."""
+        for name, value in (("max_rounds", max_rounds), ("max_messages", max_messages)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OptionError(f"drain(): {name} must be a positive integer; got {value!r}")
+        result = DrainResult(rounds=0)
+        for _ in range(max_rounds):
+            progressed = False
+            for member in self.members:
+                if len(result.processed) >= max_messages:
+                    return result
+                message = await self.mailbox.claim_next(self.mailbox_id(member.name))
+                if message is None:
+                    continue
+                progressed = True
+                await self._work_on(member, message, result, query)
+            result.rounds += 1
+            if not progressed:
+                break
+        return result
+
+    async def _work_on(
+        self,
+        member: TeamMember,
+        message: TeamMessage,
+        result: DrainResult,
+        query: Mapping[str, Any],
+    ) -> None:
+        claim = self._claims[message.id] = _Claim(message)
+        prompt = (
+            f"Team {self.name}: a message for you in mailbox {message.to_mailbox}.\n"
+            f"message_id: {message.id}\nfrom: {message.from_mailbox}\n"
+            + (f"subject: {message.subject}\n" if message.subject else "")
+            + f"\n{message.body}\n\nWhen you are done, call team_reply with message_id "
+            f"{message.id} and your result (team_followup for progress)."
+        )
+        try:
+            outcome = await member.agent.prompt(prompt, **query)
+        finally:
+            self._claims.pop(message.id, None)
+        result.processed.append(message)
+        if claim.replied or claim.followed_up:
+            return
+        reason = f"{member.name} ended ({outcome.subtype}) without team_reply or team_followup"
+        failed = await self.mailbox.set_status(message.id, "failed", result=reason)
+        result.failed.append(failed)
+        await self.mailbox.send(
+            TeamMessage(
+                from_mailbox=message.to_mailbox,
+                to_mailbox=message.from_mailbox,
+                kind="followup",
+                body=f"Message {message.id} failed: {reason}. Its final text was: "
+                f"{(outcome.result or '')[:500]}",
+                thread_id=message.thread_id,
+                reply_to=message.id,
+            )
+        )
 
 
 def create_team(**options: Any) -> Team:
@@ -125,10 +205,6 @@ def create_team(**options: Any) -> Team:
             f"create_team({name!r}): max_concurrent_work_items must be a positive integer; "
             f"got {limit!r}"
         )
-    if options.get("expose_lead_mailbox_tools"):
-        raise OptionError(
-            "create_team(): expose_lead_mailbox_tools is not available yet in this version"
-        )
     mailbox = options.get("mailbox")
     mailbox = (
         check_mailbox(mailbox, "create_team()") if mailbox is not None else create_memory_mailbox()
@@ -137,12 +213,182 @@ def create_team(**options: Any) -> Team:
     clash = [m.name for m in members if m.name in taken]
     if clash:
         raise OptionError(f"create_team({name!r}): the lead already has tools named {clash}")
-    tools = tuple(member_tool(name, m) for m in members)
-    lead.config = dataclasses.replace(lead.config, tools=(*lead.config.tools, *tools))
-    return Team(
+    team = Team(
         name=name,
         lead=lead,
         members=members,
         mailbox=mailbox,
         max_concurrent_work_items=limit,
     )
+    tools = [member_tool(name, m) for m in members]
+    if options.get("expose_lead_mailbox_tools"):
+        tools += mailbox_tools(team, "lead")
+    lead.config = dataclasses.replace(lead.config, tools=(*lead.config.tools, *tools))
+    for m in members:  # members that can take tools get their mailbox tools
+        if isinstance(m.agent, Agent) and not any(t.name == "team_reply" for t in m.agent.tools):
+            extra = mailbox_tools(team, m.name)
+            m.agent.config = dataclasses.replace(
+                m.agent.config, tools=(*m.agent.config.tools, *extra)
+            )
+    return team
+
+
+# -- the mailbox side: send, drain, and the members' mailbox tools ------------------------
+
+
+class _Send(BaseModel):
+    to: str = Field(description='A member name of this team, or a full mailbox id "team::member".')
+    body: str
+    subject: str | None = None
+
+
+class _Inbox(BaseModel):
+    status: Literal["pending", "processing", "done", "failed", "cancelled"] | None = None
+
+
+class _MessageRef(BaseModel):
+    message_id: str
+
+
+class _Answer(BaseModel):
+    message_id: str = Field(description="The message you are answering.")
+    body: str
+
+
+@dataclass
+class _Claim:
+    """The message a member is working on in a drain, and what it did about it."""
+
+    message: TeamMessage
+    replied: bool = False
+    followed_up: bool = False
+
+
+@dataclass
+class DrainResult:
+    rounds: int
+    processed: list[TeamMessage] = field(default_factory=list)
+    failed: list[TeamMessage] = field(default_factory=list)
+
+
+def mailbox_tools(team: Team, owner: str) -> list[ToolDefinition[Any]]:
+    """``team_send``, ``team_inbox``, ``team_read``, ``team_reply``, ``team_followup`` and
+    ``team_status`` for the mailbox ``owner`` (a member name, or ``lead``)."""
+    me = mailbox_id(team.name, owner)
+
+    def address(to: str) -> str:
+        return to if "::" in to else mailbox_id(team.name, to)
+
+    def describe(m: TeamMessage) -> dict[str, Any]:
+        return {
+            "message_id": m.id,
+            "from": m.from_mailbox,
+            "to": m.to_mailbox,
+            "kind": m.kind,
+            "status": m.status,
+            "subject": m.subject,
+            "body": m.body,
+            "thread_id": m.thread_id,
+            "result": m.result,
+        }
+
+    async def send(input: _Send) -> str:
+        sent = await team.mailbox.send(
+            TeamMessage(
+                from_mailbox=me,
+                to_mailbox=address(input.to),
+                body=input.body,
+                subject=input.subject,
+            )
+        )
+        return json.dumps({"status": "sent", "message_id": sent.id, "to": sent.to_mailbox})
+
+    async def inbox(input: _Inbox) -> str:
+        return json.dumps([describe(m) for m in await team.mailbox.inbox(me, status=input.status)])
+
+    async def read(input: _MessageRef) -> ToolResult:
+        message = await team.mailbox.get(input.message_id)
+        if message is None:
+            return ToolResult(content=f"No message {input.message_id!r}.", is_error=True)
+        return ToolResult(content=json.dumps(describe(message)))
+
+    async def answer(input: _Answer, kind: str) -> ToolResult:
+        original = await team.mailbox.get(input.message_id)
+        if original is None or original.to_mailbox != me:
+            return ToolResult(
+                content=f"{input.message_id!r} is not a message in your mailbox ({me}).",
+                is_error=True,
+            )
+        sent = await team.mailbox.send(
+            TeamMessage(
+                from_mailbox=me,
+                to_mailbox=original.from_mailbox,
+                kind=kind,  # type: ignore[arg-type]
+                body=input.body,
+                thread_id=original.thread_id,
+                reply_to=original.id,
+            )
+        )
+        claim = team._claims.get(original.id)
+        if kind == "reply":
+            if original.status not in ("done", "failed", "cancelled"):
+                await team.mailbox.set_status(original.id, "done", result=input.body)
+            if claim is not None:
+                claim.replied = True
+        elif claim is not None:
+            claim.followed_up = True
+        return ToolResult(
+            content=json.dumps({"status": "sent", "message_id": sent.id, "kind": kind})
+        )
+
+    async def reply(input: _Answer) -> ToolResult:
+        return await answer(input, "reply")
+
+    async def followup(input: _Answer) -> ToolResult:
+        return await answer(input, "followup")
+
+    async def status(input: _Inbox) -> str:
+        counts: dict[str, dict[str, int]] = {}
+        for name in ["lead", *(m.name for m in team.members)]:
+            box = mailbox_id(team.name, name)
+            for m in await team.mailbox.inbox(box):
+                counts.setdefault(box, {}).setdefault(m.status, 0)
+                counts[box][m.status] += 1
+        return json.dumps(counts)
+
+    return [
+        tool("team_send", "Send a message to a team member's mailbox.", _Send, send),
+        tool(
+            "team_inbox",
+            "List the messages in your mailbox.",
+            _Inbox,
+            inbox,
+            is_concurrency_safe=lambda _: True,
+        ),
+        tool(
+            "team_read",
+            "Read one message by id.",
+            _MessageRef,
+            read,
+            is_concurrency_safe=lambda _: True,
+        ),
+        tool(
+            "team_reply",
+            "Reply to a message with your final result; it completes the message.",
+            _Answer,
+            reply,
+        ),
+        tool(
+            "team_followup",
+            "Send a progress update about a message upstream; the message stays open.",
+            _Answer,
+            followup,
+        ),
+        tool(
+            "team_status",
+            "Message counts per mailbox and status.",
+            _Inbox,
+            status,
+            is_concurrency_safe=lambda _: True,
+        ),
+    ]

@@ -31,3 +31,30 @@ agent = create_agent(
     base_url=os.environ.get("ANTHROPIC_BASE_URL"),
     tools=[tool("calculator", "Add integers, e.g. 2+2", Expr, calculate)],
 )
+
+
+def _team():
+    """A team over a SQLite mailbox at ``LATTICE_TEST_TEAM_DB`` (the CLI's team commands)."""
+    from agent_lattice import create_bare_agent, create_sqlite_mailbox, create_team, team_member
+
+    def member(name: str):
+        return create_bare_agent(
+            name=name,
+            model="claude-test",
+            api_key=os.environ.get("ANTHROPIC_API_KEY", "test"),
+            base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+            system_prompt=f"You are {name}.",
+        )
+
+    path = os.environ.get("LATTICE_TEST_TEAM_DB")
+    if not path:
+        return None
+    return create_team(
+        name="crew",
+        lead=member("boss"),
+        members=[team_member(name="helper", agent=member("helper"))],
+        mailbox=create_sqlite_mailbox(path=path),
+    )
+
+
+crew = _team()

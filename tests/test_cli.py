@@ -249,7 +249,7 @@ runner = CliRunner()
 def test_help_lists_every_command() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("dev", "worker", "run", "interrupt", "attach", "runs", "server"):
+    for command in ("dev", "worker", "run", "interrupt", "attach", "runs", "server", "team"):
         assert command in result.output
     result = runner.invoke(app, ["run", "--help"])
     assert result.exit_code == 0
@@ -482,3 +482,38 @@ def test_dev_ensures_a_server_that_server_commands_report_and_stop(
     finally:
         if (left := DevServer.running(home)) is not None:
             left.stop()
+
+
+def test_team_commands_send_drain_status_inbox(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    env = {**env, "LATTICE_TEST_TEAM_DB": str(tmp_path / "team.db")}
+    team = "tests/cli_app.py:crew"
+
+    def helper(request: RecordedRequest) -> Reply:
+        prompt = request.messages[-1]["content"]
+        if isinstance(prompt, str):
+            message_id = prompt.split("message_id: ")[1].split("\n")[0]
+            return tool_use("team_reply", {"message_id": message_id, "body": "all set"})
+        return text("done")
+
+    fake_anthropic.set_handler(helper)
+    procs.append(
+        send := Cli.run("team", "send", team, "helper", "set things up", "--from", "lead", env=env)
+    )
+    assert send.finish() == 0, send
+    assert re.match(r"sent msg_\w+ to crew::helper", send.stdout[0])
+    procs.append(drain := Cli.run("team", "drain", team, env=env))
+    assert drain.finish() == 0, drain
+    assert re.match(r"handled msg_\w+ in crew::helper: set things up", drain.stdout[0])
+    assert "1 message(s) in" in drain.stdout[-1]
+    procs.append(status := Cli.run("team", "status", team, env=env))
+    assert status.finish() == 0, status
+    rows = {line.split()[0]: line.split()[1:] for line in status.stdout if "crew::" in line}
+    assert rows["crew::helper"] == ["0", "0", "1", "0", "0"]
+    assert rows["crew::lead"] == ["1", "0", "0", "0", "0"]  # the reply waits in the lead's box
+    procs.append(inbox := Cli.run("team", "inbox", team, "lead", env=env))
+    assert inbox.finish() == 0, inbox
+    assert "reply" in inbox.stdout[0] and "from crew::helper: all set" in inbox.stdout[0]
+    procs.append(bad := Cli.run("team", "status", "tests/cli_app.py:agent", env=env))
+    assert bad.finish() == 2 and "is not a team" in bad.err

@@ -336,3 +336,67 @@ async def test_handoff_grants_are_checked_recorded_and_enforced(
     (task,) = await handle.query("mailbox")
     assert task["metadata"]["workspace_grants"] == [str((shared / "backend").resolve())]
     assert task["status"] == "done" and task["to_mailbox"] == "eng::backend"
+
+
+async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_runtime, tmp_path):
+    from agent_lattice import create_sqlite_mailbox
+
+    def researcher(request: RecordedRequest) -> Reply:
+        prompt = request.messages[-1]["content"]  # a live session: earlier drains stay in history
+        if isinstance(prompt, str):
+            message_id = prompt.split("message_id: ")[1].split("\n")[0]
+            if "progress only" in prompt:
+                return tool_use("team_followup", {"message_id": message_id, "body": "halfway"})
+            if "ignore" in prompt:
+                return text("I will not answer through the mailbox.")
+            return message(
+                [
+                    tool_use_block("team_inbox", {"status": "processing"}),
+                    tool_use_block(
+                        "team_reply", {"message_id": message_id, "body": "findings: ok"}
+                    ),
+                ],
+                stop_reason="tool_use",
+            )
+        return text("done")
+
+    fake_anthropic.set_handler(route(lead=lambda r: text("unused"), researcher=researcher))
+    mailbox = create_sqlite_mailbox(path=tmp_path / "team.db")
+    team = create_team(
+        name="engineering",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="researcher", agent=agent(fake_anthropic, "researcher"))],
+        mailbox=mailbox,
+        expose_lead_mailbox_tools=True,
+    )
+    assert {"team_send", "team_reply", "team_status"} <= {t.name for t in team.lead.tools}
+    assert "team_reply" in {t.name for t in team.members[0].agent.tools}
+
+    answered = await team.send("researcher", "inspect the SDK design", from_="lead")
+    progressed = await team.send("researcher", "progress only please", from_="lead")
+    ignored = await team.send("researcher", "ignore the mailbox", from_="lead")
+    with pytest.raises(OptionError, match="no member mailbox"):
+        await team.send("nobody", "x")
+
+    drained = await team.drain(max_rounds=5, max_messages=2)
+    assert [m.id for m in drained.processed] == [answered.id, progressed.id]  # max_messages
+    assert (await mailbox.get(answered.id)).status == "done"
+    assert (await mailbox.get(progressed.id)).status == "processing"  # a followup keeps it open
+    lead_box = await mailbox.inbox("engineering::lead")
+    assert [(m.kind, m.body) for m in lead_box] == [
+        ("reply", "findings: ok"),
+        ("followup", "halfway"),
+    ]
+    inbox_seen = (
+        json.loads(fake_anthropic.requests[0].tool_results[0]["content"]) if False else None
+    )
+    assert inbox_seen is None
+
+    rest = await team.drain()
+    assert [m.id for m in rest.processed] == [ignored.id] and rest.failed
+    failed = await mailbox.get(ignored.id)
+    assert failed.status == "failed" and "without team_reply or team_followup" in failed.result
+    diagnostic = (await mailbox.inbox("engineering::lead"))[-1]
+    assert diagnostic.kind == "followup" and diagnostic.reply_to == ignored.id
+    assert (await team.drain()).processed == []  # nothing pending: nothing re-routed
+    assert await mailbox.claim_next("engineering::researcher") is None

@@ -165,7 +165,8 @@ class Runtime:
                 "no",
             )
         # A dev server accepts TCP before its frontend serves; give a fresh one time to come up.
-        deadline = time.monotonic() + (EMBEDDED_READY_TIMEOUT if server is not None else 0)
+        started = time.monotonic()
+        deadline = started + (EMBEDDED_READY_TIMEOUT if server is not None else 0)
         while True:
             try:
                 client = await Client.connect(
@@ -178,7 +179,9 @@ class Runtime:
                 )
                 break
             except Exception as err:
-                if time.monotonic() < deadline:
+                # any server that answers "not healthy yet" is starting: wait for it too
+                starting = "not healthy yet" in str(err)
+                if time.monotonic() < (started + EMBEDDED_READY_TIMEOUT if starting else deadline):
                     await asyncio.sleep(0.2)
                     continue
                 raise ConfigurationError(
