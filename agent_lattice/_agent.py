@@ -316,6 +316,7 @@ class Agent:
         # (len(history), transcript head) once the history is in the transcript store
         self._head: tuple[int, str | None] | None = None
         self._queries = 0
+        self._team: Team | None = None  # set on a team's lead by create_team()
         self._run: QueryRun | None = None
         self._runtime: Runtime | None = None
 

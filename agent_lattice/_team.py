@@ -220,6 +220,7 @@ def create_team(**options: Any) -> Team:
         mailbox=mailbox,
         max_concurrent_work_items=limit,
     )
+    lead._team = team  # the worker finds the team's mailbox through its lead
     tools = [member_tool(name, m) for m in members]
     if options.get("expose_lead_mailbox_tools"):
         tools += mailbox_tools(team, "lead")

@@ -400,3 +400,46 @@ async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_
     assert diagnostic.kind == "followup" and diagnostic.reply_to == ignored.id
     assert (await team.drain()).processed == []  # nothing pending: nothing re-routed
     assert await mailbox.claim_next("engineering::researcher") is None
+
+
+async def test_handoff_work_shows_in_the_mailbox_backend_and_abort_stops_the_team(
+    fake_anthropic, lattice_runtime, tmp_path
+):
+    from agent_lattice import create_sqlite_mailbox
+
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return message(
+                [
+                    tool_use_block("a", {"mode": "handoff", "task": "quick"}),
+                    tool_use_block("b", {"mode": "handoff", "task": "forever"}),
+                    tool_use_block("c", {"mode": "handoff", "task": "never starts"}),
+                ],
+                stop_reason="tool_use",
+            )
+        return text("unused")
+
+    fake_anthropic.set_handler(
+        route(
+            lead=lead,
+            a=lambda r: text("quick done"),
+            b=lambda r: slow(text("late"), delay=60),
+            c=lambda r: text("should not run"),
+        )
+    )
+    mailbox = create_sqlite_mailbox(path=tmp_path / "team.db")
+    team = create_team(
+        name="t",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name=n, agent=agent(fake_anthropic, n)) for n in "abc"],
+        mailbox=mailbox,
+    )
+    result = await asyncio.wait_for(team.prompt("go", timeout=3), 40)
+
+    assert result.subtype == "error_abort"
+    assert not any("You are c." in (r.system or "") for r in fake_anthropic.requests)
+    statuses = {m.to_mailbox: m.status for m in await mailbox.inbox("t::a")}
+    assert statuses == {"t::a": "done"}  # the runtime's work is visible in the backend
+    b_messages = await mailbox.inbox("t::b")
+    assert [m.status for m in b_messages] in (["cancelled"], ["processing"])
+    assert await mailbox.claim_next("t::a") is None  # nothing left for a host drain to redo

@@ -44,6 +44,7 @@ from ..workflows._types import (
     DelegateCallInput,
     DelegatePrepared,
     Handoff,
+    MailboxMirrorInput,
     ModelCallInput,
     ModelCallOutput,
     Report,
@@ -409,7 +410,8 @@ class AgentActivities:
         delegation = _delegation_of(lead, handoff.tool_name)
         await self._absorb(delegation, output)
         if output is None:
-            content, status = f"agent {handoff.member!r} could not run: {input.error}", "failed"
+            status = "cancelled" if input.cancelled else "failed"
+            content = f"agent {handoff.member!r} could not run: {input.error}"
         else:
             result = delegation.result_of(output.result)
             content = text_of(result.content)
@@ -425,6 +427,25 @@ class AgentActivities:
             usage=output.result.usage if output else Usage(),
             usage_by_agent=output.result.usage_by_agent if output else {},
         )
+
+    @activity.defn(name="lattice.team_mailbox")
+    async def team_mailbox(self, input: MailboxMirrorInput) -> None:
+        """Write the runtime's view of one message to the team's mailbox backend (claimed
+        work shows as ``processing`` there, so a host's drain never takes it twice)."""
+        lead = self._agent(input.lead_key, input.lead_session_id)
+        team = lead._team
+        if team is None:
+            return
+        message = input.message
+        stored = await team.mailbox.get(message.id)
+        if stored is None:
+            await team.mailbox.send(message)
+        elif stored.status != message.status and stored.status not in (
+            "done",
+            "failed",
+            "cancelled",
+        ):
+            await team.mailbox.set_status(message.id, message.status, result=message.result)
 
     @activity.defn(name="lattice.delegate_finish")
     async def delegate_finish(self, input: DelegateCallInput) -> ToolCallOutput:

@@ -57,6 +57,7 @@ class LatticePlugin(SimplePlugin):
                 activities.delegate_prepare,
                 activities.delegate_finish,
                 activities.team_report,
+                activities.team_mailbox,
                 activities.tool_result_hooks,
                 activities.trace,
             ]

@@ -104,20 +104,26 @@ class AgentWorkflow:
     def interrupt(self) -> None:
         """End the query with ``interrupted``: aborts an in-flight model request; during a
         tool batch it takes effect once the batch completes."""
+        first = not self._interrupted
         self._interrupted = True
         if self._model_call is not None and not self._model_call.done():
             self._model_call.cancel()
         self._signal_children("interrupt")
+        if first:
+            self._signal_team("interrupt")
 
     @workflow.signal
     def abort(self) -> None:
         """End the query with ``error_abort`` (its caller cancelled, or its deadline passed):
         the in-flight model request and running tool calls are cancelled."""
+        first = not self._aborted
         self._aborted = True
         for task in [self._model_call, *self._tool_calls]:
             if task is not None and not task.done():
                 task.cancel()
         self._signal_children("abort")  # a child ends with error_abort, then its call returns
+        if first:
+            self._signal_team("abort")  # the team's work stops too (a deadline starts here)
 
     @workflow.signal
     def report(self, report: Report) -> None:
@@ -557,8 +563,21 @@ class AgentWorkflow:
 
     async def _collect_reports(self, handed: list[str]) -> TextBlock:
         """The team's reports on this batch's handoffs, in handoff order, as one text block."""
-        await workflow.wait_condition(lambda: all(i in self._reports for i in handed))
-        reports = [self._reports.pop(i) for i in handed]
+        await workflow.wait_condition(
+            lambda: all(i in self._reports for i in handed) or self._aborted
+        )
+        reports = [
+            self._reports.pop(i)
+            if i in self._reports
+            else Report(
+                tool_use_id=i,
+                member="?",
+                message_id="",
+                status="cancelled",
+                content="not finished: the run was aborted",
+            )
+            for i in handed
+        ]
         self._handoffs.difference_update(handed)
         for r in reports:
             self._add_child_usage(
@@ -571,6 +590,20 @@ class AgentWorkflow:
             for r in reports
         ]
         return TextBlock(text="Team reports, in handoff order:\n\n" + "\n\n".join(parts))
+
+    def _signal_team(self, name: str) -> None:
+        team_id = getattr(self, "_input", None) and self._input.team_workflow_id
+        if not team_id:
+            return
+        team = workflow.get_external_workflow_handle(team_id)
+
+        async def send() -> None:
+            try:
+                await team.signal(name)
+            except Exception as err:  # the team run closed meanwhile
+                workflow.logger.debug("signal %s to team failed: %s", name, err)
+
+        self._pending_signals.append(asyncio.ensure_future(send()))
 
     def _signal_children(self, name: str) -> None:
         async def send(handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput]) -> None:

@@ -17,15 +17,23 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from .._mailbox import TeamMessage
     from .._messages import TeamAgentEvent, TeamMessageEvent
-    from ._types import AgentRunOutput, Handoff, Report, TeamReportInput, TeamRunInput
+    from ._types import (
+        AgentRunOutput,
+        Handoff,
+        MailboxMirrorInput,
+        Report,
+        TeamReportInput,
+        TeamRunInput,
+    )
 
 TEAM_REPORT_ACTIVITY = "lattice.team_report"
+TEAM_MAILBOX_ACTIVITY = "lattice.team_mailbox"
 
 
 @workflow.defn(name="TeamWorkflow")
@@ -97,6 +105,8 @@ class TeamWorkflow:
             runner.cancel()
 
     def _stop(self, how: str) -> None:
+        if self._stopping == "abort" or self._stopping == how:
+            return  # already stopping (the lead echoes what it was told)
         self._stopping = how
         if self._lead is not None:
             self._forward(self._lead, how)
@@ -134,10 +144,13 @@ class TeamWorkflow:
         """One work item: the member's query as a child workflow, then its report."""
         output: AgentRunOutput | None = None
         error: str | None = None
+        cancelled = False
         self._set_status(handoff.message_id, "processing")
+        await self._mirror(handoff)
         try:
             if self._stopping is not None:
                 error = f"the team run was stopped ({self._stopping}) before this work started"
+                cancelled = True
             else:
                 child_input = handoff.child.model_copy(
                     update={"settings": self._input.lead.settings}
@@ -166,7 +179,7 @@ class TeamWorkflow:
             self._running.pop(handoff.work_item_id, None)
         report: Report = await workflow.execute_local_activity(
             TEAM_REPORT_ACTIVITY,
-            TeamReportInput(handoff=handoff, output=output, error=error),
+            TeamReportInput(handoff=handoff, output=output, error=error, cancelled=cancelled),
             result_type=Report,
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(non_retryable_error_types=["AgentNotRegistered"]),
@@ -175,12 +188,30 @@ class TeamWorkflow:
         self._busy.discard(handoff.to_mailbox)
         status = {"completed": "done", "failed": "failed", "cancelled": "cancelled"}[report.status]
         self._set_status(handoff.message_id, status, report.content)
+        await self._mirror(handoff)
         if output is not None:
             self._event_agent(handoff, "finished", output.result.subtype)
         self._event_message(handoff, report.status, report.content)
         sent = self._to_lead("report", report)
         if sent is not None:
             await sent
+
+    async def _mirror(self, handoff: Handoff) -> None:
+        """Best effort: the team's own mailbox backend shows the runtime's work too."""
+        try:
+            await workflow.execute_local_activity(
+                TEAM_MAILBOX_ACTIVITY,
+                MailboxMirrorInput(
+                    lead_key=handoff.lead_key,
+                    lead_session_id=handoff.lead_session_id,
+                    message=self._messages[handoff.message_id],
+                ),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"team {handoff.team} · mailbox",
+            )
+        except (ActivityError, ApplicationError) as err:
+            workflow.logger.warning("team mailbox backend not updated: %s", err)
 
     def _set_status(self, message_id: str, status: Any, result: str | None = None) -> None:
         message = self._messages[message_id]

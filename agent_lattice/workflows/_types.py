@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from .._mailbox import TeamMessage
 from .._messages import (
     ContentBlock,
     ModelMessage,
@@ -33,6 +34,7 @@ __all__ = [
     "DelegateCallInput",
     "DelegatePrepared",
     "Handoff",
+    "MailboxMirrorInput",
     "ModelCallInput",
     "ModelCallOutput",
     "Report",
@@ -289,10 +291,19 @@ class Report(BaseModel):
     usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
 
 
+class MailboxMirrorInput(BaseModel):
+    """The TeamWorkflow's mailbox state, mirrored to the team's mailbox backend."""
+
+    lead_key: str
+    lead_session_id: str
+    message: TeamMessage
+
+
 class TeamReportInput(BaseModel):
     handoff: Handoff
     output: AgentRunOutput | None = None
     error: str | None = None
+    cancelled: bool = False  # the run stopped before this work started
 
 
 class DelegatePrepared(BaseModel):
