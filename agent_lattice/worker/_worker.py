@@ -55,6 +55,10 @@ def load_app(app: str) -> ModuleType:
 
 
 def _as_agent(value: Any) -> Agent | None:
+    from .._team import Team
+
+    if isinstance(value, Team):  # a team is served through its lead (members follow)
+        return value.lead
     if isinstance(value, Agent):
         return value
     if isinstance(value, AgentSpec):
