@@ -443,3 +443,37 @@ async def test_handoff_work_shows_in_the_mailbox_backend_and_abort_stops_the_tea
     b_messages = await mailbox.inbox("t::b")
     assert [m.status for m in b_messages] in (["cancelled"], ["processing"])
     assert await mailbox.claim_next("t::a") is None  # nothing left for a host drain to redo
+
+
+async def test_two_handoffs_to_one_member_run_in_turn_on_its_session(
+    fake_anthropic, lattice_runtime
+):
+    seen: list[int] = []
+
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return message(
+                [
+                    tool_use_block("scribe", {"mode": "handoff", "task": "first note"}),
+                    tool_use_block("scribe", {"mode": "handoff", "task": "second note"}),
+                ],
+                stop_reason="tool_use",
+            )
+        return text("both noted")
+
+    def scribe(request: RecordedRequest) -> Reply:
+        seen.append(len(request.messages))
+        return text(f"noted #{len(seen)}")
+
+    fake_anthropic.set_handler(route(lead=lead, scribe=scribe))
+    member = agent(fake_anthropic, "scribe")
+    team = create_team(
+        name="desk",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="scribe", agent=member)],
+        runner={"max_concurrent_work_items": 2},
+    )
+    result = await team.prompt("take notes")
+    assert result.result == "both noted"
+    assert seen == [1, 3]  # one at a time, the second on top of the first's conversation
+    assert [m.role for m in await member.get_history()] == ["user", "assistant"] * 2

@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -296,51 +296,19 @@ class AgentActivities:
                 )
             )
         info = activity.info()
-        child = delegation.child_agent(
-            session_id=uuid.uuid5(_DELEGATION_NS, f"{info.workflow_id}/{use.id}").hex
-        )
-        if child._run is not None:
-            return await refuse(
-                ToolResult(
-                    content=f"agent {child.name!r} is busy with another query (one Agent is one "
-                    "conversation); try again when it is done",
-                    is_error=True,
-                )
-            )
-        child._run = _DELEGATED  # the session is taken until delegate_finish
-        if not child._loaded and child.config.history_store is not None:
-            child._history = await child.config.history_store.load()
-        child._loaded = True
-        store = self._transcripts
-        message = ModelMessage(role="user", content=prompt)
-        head = await store.append(await child._transcript_head(store), [message])
-        queue = child.task_queue
-        if "@" in info.task_queue and not child.config.task_queue:
-            queue = f"{queue}@{info.task_queue.rpartition('@')[2]}"  # this process's workers
-        child_input = AgentRunInput(
-            agent=agent_ref(child),
-            session_id=child.session_id,
-            prompt=message.content,
-            head=head,
-            stream=False,
-            request=request_options(child.config),
-            context=input.context,
-            last_input_tokens=child._last_input_tokens(),
-            workspace_grants=[str(writable.resolve(r)) for r in accepted],
-        )
-        workflow_id = workflow_id_for(child, child._next_query())
-        team_child = None
-        if delegation.inner_team is not None:  # a team member: its own TeamWorkflow runs it
-            inner = delegation.inner_team
-            team_child = TeamRunInput(
-                team=inner.name,
-                lead=child_input,
-                lead_workflow_id=workflow_id,
-                lead_task_queue=queue,
-                max_concurrent_work_items=inner.max_concurrent_work_items,
-            )
-            workflow_id = f"team-{inner.name}-{workflow_id.removeprefix(child.name + '-')}"
+        grants = [str(writable.resolve(r)) for r in accepted]
         if not handoff:
+            started = await self._start_child(
+                delegation,
+                prompt,
+                seed=f"{info.workflow_id}/{use.id}",
+                queue=info.task_queue,
+                context=input.context,
+                grants=grants,
+            )
+            if isinstance(started, ToolResult):
+                return await refuse(started)
+            child_input, workflow_id, queue, team_child = started
             return DelegatePrepared(
                 child=child_input, workflow_id=workflow_id, task_queue=queue, team_child=team_child
             )
@@ -372,10 +340,8 @@ class AgentActivities:
                 from_mailbox=mailbox_id(delegation.team, "lead"),
                 to_mailbox=mailbox_id(delegation.team, delegation.member),
                 task=prompt if isinstance(prompt, str) else json.dumps(prompt),
-                child=child_input,
-                workflow_id=workflow_id,
-                task_queue=queue,
-                team_child=team_child,
+                context=input.context,
+                workspace_grants=grants,
                 **ids,
             ),
         )
@@ -408,7 +374,8 @@ class AgentActivities:
         handoff, output = input.handoff, input.output
         lead = self._agent(handoff.lead_key, handoff.lead_session_id)
         delegation = _delegation_of(lead, handoff.tool_name)
-        await self._absorb(delegation, output)
+        if handoff.child is not None:  # it started: the member's session is free again
+            await self._absorb(delegation, output)
         if output is None:
             status = "cancelled" if input.cancelled else "failed"
             content = f"agent {handoff.member!r} could not run: {input.error}"
@@ -446,6 +413,86 @@ class AgentActivities:
             "cancelled",
         ):
             await team.mailbox.set_status(message.id, message.status, result=message.result)
+
+    async def _start_child(
+        self,
+        delegation: Delegation,
+        prompt: str | list[dict[str, Any]],
+        *,
+        seed: str,
+        queue: str,
+        context: Any,
+        grants: list[str],
+    ) -> tuple[AgentRunInput, str, str, TeamRunInput | None] | ToolResult:
+        """The child query of a delegated call, on the target's session as it is now: its
+        input, workflow id, task queue (and its TeamWorkflow's input when it is a team)."""
+        child = delegation.child_agent(session_id=uuid.uuid5(_DELEGATION_NS, seed).hex)
+        if child._run is not None:
+            return ToolResult(
+                content=f"agent {child.name!r} is busy with another query (one Agent is one "
+                "conversation); try again when it is done",
+                is_error=True,
+            )
+        child._run = _DELEGATED  # the session is taken until its result is absorbed
+        if not child._loaded and child.config.history_store is not None:
+            child._history = await child.config.history_store.load()
+        child._loaded = True
+        store = self._transcripts
+        message = ModelMessage(role="user", content=prompt)
+        head = await store.append(await child._transcript_head(store), [message])
+        child_queue = child.task_queue
+        if "@" in queue and not child.config.task_queue:
+            child_queue = f"{child_queue}@{queue.rpartition('@')[2]}"  # this process's workers
+        child_input = AgentRunInput(
+            agent=agent_ref(child),
+            session_id=child.session_id,
+            prompt=message.content,
+            head=head,
+            stream=False,
+            request=request_options(child.config),
+            context=context,
+            last_input_tokens=child._last_input_tokens(),
+            workspace_grants=grants,
+        )
+        workflow_id = workflow_id_for(child, child._next_query())
+        team_child = None
+        if delegation.inner_team is not None:  # a team member: its own TeamWorkflow runs it
+            inner = delegation.inner_team
+            team_child = TeamRunInput(
+                team=inner.name,
+                lead=child_input,
+                lead_workflow_id=workflow_id,
+                lead_task_queue=child_queue,
+                max_concurrent_work_items=inner.max_concurrent_work_items,
+            )
+            workflow_id = f"team-{inner.name}-{workflow_id.removeprefix(child.name + '-')}"
+        return child_input, workflow_id, child_queue, team_child
+
+    @activity.defn(name="lattice.team_start")
+    async def team_start(self, handoff: Handoff) -> Handoff:
+        """A queued handoff starts: the member's query on its session as it is now (a local
+        activity of the TeamWorkflow; a member busy with an ``ask`` is waited for)."""
+        lead = self._agent(handoff.lead_key, handoff.lead_session_id)
+        delegation = _delegation_of(lead, handoff.tool_name)
+        started = await self._start_child(
+            delegation,
+            handoff.task,
+            seed=f"{handoff.lead_workflow_id}/{handoff.tool_use_id}",
+            queue=activity.info().task_queue,
+            context=handoff.context,
+            grants=handoff.workspace_grants,
+        )
+        if isinstance(started, ToolResult):
+            raise ApplicationError(text_of(started.content), type="MemberBusy")
+        child_input, workflow_id, queue, team_child = started
+        return handoff.model_copy(
+            update={
+                "child": child_input,
+                "workflow_id": workflow_id,
+                "task_queue": queue,
+                "team_child": team_child,
+            }
+        )
 
     @activity.defn(name="lattice.delegate_finish")
     async def delegate_finish(self, input: DelegateCallInput) -> ToolCallOutput:

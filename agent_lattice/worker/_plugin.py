@@ -56,6 +56,7 @@ class LatticePlugin(SimplePlugin):
                 activities.compact,
                 activities.delegate_prepare,
                 activities.delegate_finish,
+                activities.team_start,
                 activities.team_report,
                 activities.team_mailbox,
                 activities.tool_result_hooks,

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
 
 TEAM_REPORT_ACTIVITY = "lattice.team_report"
 TEAM_MAILBOX_ACTIVITY = "lattice.team_mailbox"
+TEAM_START_ACTIVITY = "lattice.team_start"
 
 
 @workflow.defn(name="TeamWorkflow")
@@ -64,7 +65,7 @@ class TeamWorkflow:
                 "work_item_id": handoff.work_item_id,
                 "tool_use_id": handoff.tool_use_id,
                 # the accepted write grants, enforced by the member's built-in write tools
-                "workspace_grants": list(handoff.child.workspace_grants),
+                "workspace_grants": list(handoff.workspace_grants),
             },
             created_at=workflow.now().timestamp(),
             updated_at=workflow.now().timestamp(),
@@ -148,10 +149,24 @@ class TeamWorkflow:
         self._set_status(handoff.message_id, "processing")
         await self._mirror(handoff)
         try:
+            if self._stopping is None:
+                handoff = await workflow.execute_local_activity(
+                    TEAM_START_ACTIVITY,
+                    handoff,
+                    result_type=Handoff,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=0.5),
+                        maximum_interval=timedelta(seconds=5),
+                        non_retryable_error_types=["AgentNotRegistered"],
+                    ),
+                    summary=f"team {handoff.team} · start work for {handoff.member}",
+                )
             if self._stopping is not None:
                 error = f"the team run was stopped ({self._stopping}) before this work started"
                 cancelled = True
             else:
+                assert handoff.child is not None
                 child_input = handoff.child.model_copy(
                     update={"settings": self._input.lead.settings}
                 )
@@ -173,7 +188,7 @@ class TeamWorkflow:
                 if self._stopping is not None:
                     self._forward(handle, self._stopping)
                 output = await handle
-        except ChildWorkflowError as err:
+        except (ChildWorkflowError, ActivityError, ApplicationError) as err:
             error = str(err.cause or err)
         finally:
             self._running.pop(handoff.work_item_id, None)

@@ -272,8 +272,12 @@ class Handoff(BaseModel):
     from_mailbox: str
     to_mailbox: str
     task: str
-    child: AgentRunInput
-    workflow_id: str
+    context: Any = None
+    # accepted write grants (the caller's permissions cover them)
+    workspace_grants: list[str] = Field(default_factory=list)
+    # set when the work starts (the member's session as it is then)
+    child: AgentRunInput | None = None
+    workflow_id: str = ""
     task_queue: str | None = None
     # the member is a team: its TeamWorkflow runs the work (``child`` is its lead's query)
     team_child: TeamRunInput | None = None
