@@ -278,7 +278,10 @@ class TeamWorkflow:
         async def send() -> None:
             if before is not None:
                 await before
-            await lead.signal(signal, event)
+            try:
+                await lead.signal(signal, event)
+            except Exception as err:  # the lead's query already ended
+                workflow.logger.debug("%s to the lead failed: %s", signal, err)
 
         self._last_send = asyncio.ensure_future(send())
         return self._last_send
