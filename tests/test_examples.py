@@ -67,6 +67,11 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "CEO: engineering shipped the notebook app (API and UI).",
         "agents: backend, ceo, frontend, head",
     ),
+    "team_mailbox.py": (
+        "drained 1 message(s), 0 failed",
+        "reply from engineering::researcher: The SDK runs each query as a Temporal workflow.",
+        "claim_next on an empty mailbox: None",
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 
