@@ -46,6 +46,7 @@ from ._mcp import (
     create_mcp_tools,
 )
 from ._messages import (
+    AgentMessageEvent,
     AssistantMessage,
     ContentBlock,
     ErrorInfo,
@@ -97,6 +98,7 @@ __all__ = [
     "Agent",
     "AgentHooks",
     "AgentLike",
+    "AgentMessageEvent",
     "AgentRunError",
     "AgentSpec",
     "AnthropicModelClient",

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 __all__ = [
+    "AgentMessageEvent",
     "AssistantMessage",
     "ContentBlock",
     "ErrorInfo",
@@ -295,6 +296,20 @@ class TeamAgentEvent(BaseModel):
     session_id: str
 
 
+class AgentMessageEvent(BaseModel):
+    """A member agent's own durable message, nested in its team's ``query()`` stream."""
+
+    type: Literal["agent_message"] = "agent_message"
+    team: str
+    member: str
+    workflow_id: str
+    message: Annotated[
+        SystemMessage | AssistantMessage | UserMessage | ResultMessage,
+        Field(discriminator="type"),
+    ]
+    session_id: str
+
+
 SDKMessage = Annotated[
     SystemMessage
     | StreamEventMessage
@@ -302,6 +317,7 @@ SDKMessage = Annotated[
     | UserMessage
     | ResultMessage
     | TeamMessageEvent
-    | TeamAgentEvent,
+    | TeamAgentEvent
+    | AgentMessageEvent,
     Field(discriminator="type"),
 ]

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from agent_lattice import (
+    AgentMessageEvent,
     OptionError,
     ResultMessage,
     TeamAgentEvent,
@@ -114,6 +115,16 @@ async def test_handoffs_answer_with_receipts_then_reports_in_handoff_order(
     sent = [e for e in events if isinstance(e, TeamMessageEvent) and e.event == "sent"]
     assert {e.to_mailbox for e in sent} == {"engineering::researcher", "engineering::writer"}
     assert set(result.usage_by_agent) == {"lead", "researcher", "writer"}
+    nested = [m for m in messages if isinstance(m, AgentMessageEvent)]
+    by_member = {
+        (e.member, e.message.type) for e in nested
+    }  # each member's own messages, nested in the team's stream
+    assert {("researcher", "result"), ("writer", "result"), ("writer", "assistant")} <= by_member
+    writer_result = next(
+        e.message for e in nested if e.member == "writer" and e.message.type == "result"
+    )
+    assert writer_result.result == "draft done"
+    assert messages.index(nested[-1]) < len(messages) - 1  # all before the team's result
 
 
 async def test_failure_isolation_and_serial_by_default(fake_anthropic, lattice_runtime):

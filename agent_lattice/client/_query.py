@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,18 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
 from .._errors import HookError, OptionError, TracerError
-from .._messages import ContentBlock, ModelMessage, ResultMessage, SDKMessage, StreamEventMessage
+from .._messages import (
+    AgentMessageEvent,
+    AssistantMessage,
+    ContentBlock,
+    ModelMessage,
+    ResultMessage,
+    SDKMessage,
+    StreamEventMessage,
+    SystemMessage,
+    TeamAgentEvent,
+    UserMessage,
+)
 from .._options import check_options
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
@@ -26,6 +38,8 @@ if TYPE_CHECKING:
     from .._team import Team
 
 __all__ = ["QueryRun"]
+
+log = logging.getLogger("agent_lattice.query")
 
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 # Bounded: a consumer that stops reading slows the producers down instead of piling up events.
@@ -228,6 +242,29 @@ class QueryRun:
                 await queue.put(_END)
 
         durable = asyncio.create_task(pump_durable())
+        members: list[asyncio.Task[None]] = []  # a team's member queries, nested in the stream
+
+        async def pump_member(event: TeamAgentEvent) -> None:
+            assert event.workflow_id is not None
+            try:
+                async for nested in runtime.durable_messages(event.workflow_id):
+                    if isinstance(
+                        nested, SystemMessage | AssistantMessage | UserMessage | ResultMessage
+                    ):
+                        await queue.put(
+                            _Nested(
+                                AgentMessageEvent(
+                                    team=event.team,
+                                    member=event.member,
+                                    workflow_id=event.workflow_id,
+                                    message=nested,
+                                    session_id=session_id,
+                                )
+                            )
+                        )
+            except Exception as err:  # nested events are a view: never fail the query for them
+                log.debug("messages of %s unavailable: %s", event.workflow_id, err)
+
         finished = False
         # A stream event says how many durable messages were published before its model
         # request; it waits until the caller has seen those, so the order is the workflow's.
@@ -242,6 +279,16 @@ class QueryRun:
                     raise
                 if item is _END:
                     break
+                if isinstance(item, _Nested):
+                    yield item.event
+                    continue
+                if (
+                    isinstance(item, TeamAgentEvent)
+                    and item.event == "started"
+                    and item.workflow_id
+                    and not item.workflow_id.startswith("team-")  # a nested team has no stream
+                ):
+                    members.append(asyncio.create_task(pump_member(item)))
                 if isinstance(item, StreamEventMessage):
                     after = await queue.get()
                     if after > seen or held:
@@ -255,6 +302,8 @@ class QueryRun:
                     _raise_hook_failure(item)
                     for _, event in held:
                         yield event
+                    async for nested in _rest_of(members, queue):
+                        yield nested
                     yield item
                     break
                 yield item
@@ -264,6 +313,8 @@ class QueryRun:
         finally:
             if receiver is not None and channel is not None:
                 receiver.discard(channel)
+            for task in members:
+                task.cancel()
             durable.cancel()
             with contextlib.suppress(BaseException):
                 await durable
@@ -299,6 +350,30 @@ class QueryRun:
             await self._handle.signal("abort" if self._cancelled else "interrupt")
         output = await asyncio.wait_for(self._output(), 30)
         await self._collect(runtime, output, new_messages)
+
+
+class _Nested:
+    """A member's message on its way into the team's stream."""
+
+    def __init__(self, event: AgentMessageEvent) -> None:
+        self.event = event
+
+
+async def _rest_of(
+    members: list[asyncio.Task[None]], queue: asyncio.Queue[Any], within: float = 30.0
+) -> AsyncIterator[AgentMessageEvent]:
+    """The member messages still on their way when the lead's result arrives."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        try:
+            item = await asyncio.wait_for(queue.get(), 0.05)
+        except TimeoutError:
+            if all(t.done() for t in members):
+                break
+            continue
+        if isinstance(item, _Nested):
+            yield item.event
 
 
 def workspace_grants_of(permissions: Mapping[str, Any] | None) -> list[str]:
