@@ -89,7 +89,7 @@ class Team:
     async def prompt(self, prompt: Any, **options: Any) -> ResultMessage:
         """Run the team and return the lead's final result (team-wide usage)."""
         result: ResultMessage | None = None
-        async for message in self.query(prompt, stream=False, **options):
+        async for message in self.query(prompt, **{"stream": False, **options}):
             if isinstance(message, ResultMessage):
                 result = message
         assert result is not None
@@ -152,8 +152,11 @@ class Team:
             + f"\n{message.body}\n\nWhen you are done, call team_reply with message_id "
             f"{message.id} and your result (team_followup for progress)."
         )
+        from ._agent import AgentSpec
+
+        target = member.agent.spawn() if isinstance(member.agent, AgentSpec) else member.agent
         try:
-            outcome = await member.agent.prompt(prompt, **query)
+            outcome = await target.prompt(prompt, **query)
         finally:
             self._claims.pop(message.id, None)
         result.processed.append(message)
