@@ -198,6 +198,9 @@ class _Owner:
                 await self._closing.wait()
         except BaseException as err:
             if not self._ready.done():
+                if isinstance(err, asyncio.CancelledError):
+                    self._ready.cancel()  # a future cannot hold a CancelledError
+                    raise
                 self._ready.set_exception(err)
             elif not isinstance(err, asyncio.CancelledError):
                 raise
