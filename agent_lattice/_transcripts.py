@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,31 @@ def _message_json(message: ModelMessage) -> str:
 
 
 class TranscriptStore:
-    """Content-addressed messages and blobs. Subclasses provide the four primitives."""
+    """Content-addressed messages and blobs. Subclasses provide the four primitives.
+
+    Transcripts are immutable (a head names its content), so recently used ones are kept in
+    memory: the next turn's transcript is the cached one plus what was appended, with no read.
+    """
+
+    CACHED_TRANSCRIPTS = 32
+
+    def _cache(self) -> OrderedDict[str, tuple[ModelMessage, ...]]:
+        cache = self.__dict__.get("_transcripts")
+        if cache is None:
+            cache = self.__dict__["_transcripts"] = OrderedDict()
+        return cache
+
+    def _remember(self, head: str, messages: tuple[ModelMessage, ...]) -> None:
+        cache = self._cache()
+        cache[head] = messages
+        cache.move_to_end(head)
+        while len(cache) > self.CACHED_TRANSCRIPTS:
+            cache.popitem(last=False)
 
     async def append(self, head: str | None, messages: Sequence[ModelMessage]) -> str | None:
         """Store ``messages`` after ``head``; returns the new head (``head`` if none)."""
         links: list[tuple[str, str | None, str, str]] = []
+        start = head
         for message in messages:
             body = _message_json(message)
             chunk = _digest(body)
@@ -71,16 +92,24 @@ class TranscriptStore:
             head = new_head
         if links:
             await asyncio.to_thread(self._put_links, links)
+            before = () if start is None else self._cache().get(start)
+            if before is not None and head is not None:
+                copies = tuple(ModelMessage.model_validate_json(body) for *_, body in links)
+                self._remember(head, (*before, *copies))
         return head
 
     async def messages(self, head: str | None) -> list[ModelMessage]:
-        """Every message up to and including ``head``, oldest first."""
+        """Every message up to and including ``head``, oldest first (copies: yours to change)."""
         if head is None:
             return []
-        bodies = await asyncio.to_thread(self._chain, head)
-        if bodies is None:
-            raise TranscriptMissing(_missing("transcript", head))
-        return [ModelMessage.model_validate_json(b) for b in bodies]
+        cached = self._cache().get(head)
+        if cached is None:
+            bodies = await asyncio.to_thread(self._chain, head)
+            if bodies is None:
+                raise TranscriptMissing(_missing("transcript", head))
+            cached = tuple(ModelMessage.model_validate_json(b) for b in bodies)
+            self._remember(head, cached)
+        return [m.model_copy(deep=True) for m in cached]
 
     async def put_blob(self, data: str) -> str:
         ref = _digest(data)
