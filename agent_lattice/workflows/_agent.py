@@ -21,7 +21,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
-from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from .._compaction import is_context_overflow
@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
     )
     from .._tools import SUBMIT_OUTPUT_TOOL_NAME
+    from ._children import signal_quietly, start_query
     from ._types import (
         ActivitySettings,
         AgentRunInput,
@@ -84,6 +85,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 class AgentWorkflow:
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
+        self._input = input  # signals may come before run() starts
         carried = input.continuation
         self._stream = WorkflowStream(prior_state=carried.stream if carried else None)
         self._out = self._stream.topic(MESSAGES_TOPIC)
@@ -523,21 +525,15 @@ class AgentWorkflow:
                 return prepared.result
             assert prepared.child is not None and prepared.workflow_id is not None
             child_input = prepared.child.model_copy(update={"settings": input.settings})
-            kind, child_arg = "AgentWorkflow", child_input
-            if prepared.team_child is not None:  # the member is a team: run its TeamWorkflow
-                kind = "TeamWorkflow"
-                child_arg = prepared.team_child.model_copy(update={"lead": child_input})
             output: AgentRunOutput | None = None
             error: str | None = None
             try:
-                handle = await workflow.start_child_workflow(
-                    kind,
-                    child_arg,
+                handle = await start_query(
+                    child_input,
+                    prepared.team_child,  # the member is a team: run its TeamWorkflow
                     id=prepared.workflow_id,
                     task_queue=prepared.task_queue,
-                    result_type=AgentRunOutput,
-                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                    static_summary=f"{child_input.agent.name} · delegated by {input.agent.name}",
+                    summary=f"{child_input.agent.name} · delegated by {input.agent.name}",
                 )
                 self._children[use.id] = handle
                 if self._aborted or self._interrupted:  # the signal came while it started
@@ -592,28 +588,14 @@ class AgentWorkflow:
         return TextBlock(text="Team reports, in handoff order:\n\n" + "\n\n".join(parts))
 
     def _signal_team(self, name: str) -> None:
-        team_id = getattr(self, "_input", None) and self._input.team_workflow_id
-        if not team_id:
-            return
-        team = workflow.get_external_workflow_handle(team_id)
-
-        async def send() -> None:
-            try:
-                await team.signal(name)
-            except Exception as err:  # the team run closed meanwhile
-                workflow.logger.debug("signal %s to team failed: %s", name, err)
-
-        self._pending_signals.append(asyncio.ensure_future(send()))
+        team_id = self._input.team_workflow_id
+        if team_id:
+            team = workflow.get_external_workflow_handle(team_id)
+            self._pending_signals.append(asyncio.ensure_future(signal_quietly(team, name)))
 
     def _signal_children(self, name: str) -> None:
-        async def send(handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput]) -> None:
-            try:
-                await handle.signal(name)
-            except Exception as err:  # the child closed meanwhile: nothing left to stop
-                workflow.logger.debug("signal %s to child failed: %s", name, err)
-
         for handle in list(self._children.values()):
-            self._pending_signals.append(asyncio.ensure_future(send(handle)))
+            self._pending_signals.append(asyncio.ensure_future(signal_quietly(handle, name)))
 
     def _add_child_usage(self, result: ResultMessage) -> None:
         """A child's usage is the parent's too; each agent's own share is kept apart."""

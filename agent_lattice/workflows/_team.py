@@ -18,11 +18,11 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from .._mailbox import TeamMessage
     from .._messages import TeamAgentEvent, TeamMessageEvent
+    from ._children import signal_quietly, start_query
     from ._types import (
         AgentRunOutput,
         Handoff,
@@ -88,14 +88,12 @@ class TeamWorkflow:
     async def run(self, input: TeamRunInput) -> AgentRunOutput:
         info = workflow.info()
         lead_input = input.lead.model_copy(update={"team_workflow_id": info.workflow_id})
-        self._lead = await workflow.start_child_workflow(
-            "AgentWorkflow",
+        self._lead = await start_query(
             lead_input,
+            None,
             id=input.lead_workflow_id,
             task_queue=input.lead_task_queue,
-            result_type=AgentRunOutput,
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-            static_summary=f"{input.lead.agent.name} · lead of team {input.team}",
+            summary=f"{input.lead.agent.name} · lead of team {input.team}",
         )
         if self._stopping is not None:
             self._forward(self._lead, self._stopping)
@@ -117,13 +115,7 @@ class TeamWorkflow:
     def _forward(
         self, handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput], name: str
     ) -> None:
-        async def send() -> None:
-            try:
-                await handle.signal(name)
-            except Exception as err:  # closed meanwhile
-                workflow.logger.debug("signal %s failed: %s", name, err)
-
-        self._tasks.add(asyncio.ensure_future(send()))
+        self._tasks.add(asyncio.ensure_future(signal_quietly(handle, name)))
 
     def _startable(self) -> Handoff | None:
         if len(self._busy) >= self._input.max_concurrent_work_items:
@@ -170,18 +162,12 @@ class TeamWorkflow:
                 child_input = handoff.child.model_copy(
                     update={"settings": self._input.lead.settings}
                 )
-                kind, child_arg = "AgentWorkflow", child_input
-                if handoff.team_child is not None:  # a nested team
-                    kind = "TeamWorkflow"
-                    child_arg = handoff.team_child.model_copy(update={"lead": child_input})
-                handle = await workflow.start_child_workflow(
-                    kind,
-                    child_arg,
+                handle = await start_query(
+                    child_input,
+                    handoff.team_child,  # a nested team
                     id=handoff.workflow_id,
                     task_queue=handoff.task_queue,
-                    result_type=AgentRunOutput,
-                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                    static_summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
+                    summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
                 )
                 self._running[handoff.work_item_id] = handle
                 self._event_agent(handoff, "started", None)
@@ -278,10 +264,7 @@ class TeamWorkflow:
         async def send() -> None:
             if before is not None:
                 await before
-            try:
-                await lead.signal(signal, event)
-            except Exception as err:  # the lead's query already ended
-                workflow.logger.debug("%s to the lead failed: %s", signal, err)
+            await signal_quietly(lead, signal, event)
 
         self._last_send = asyncio.ensure_future(send())
         return self._last_send
