@@ -404,19 +404,32 @@ class Agent:
 
     async def _finish(self, new_messages: list[ModelMessage]) -> None:
         run, self._run = self._run, None
+        await self._take(
+            new_messages,
+            compacted_to=run.transcript if run is not None else None,
+            head=run.final_head if run is not None else None,
+        )
+
+    async def _take(
+        self,
+        added: list[ModelMessage],
+        *,
+        compacted_to: list[ModelMessage] | None,
+        head: str | None,
+    ) -> None:
+        """A finished query's messages into the history and its store: appended, or, when
+        the query compacted the conversation, the whole new transcript in its place."""
         store = self.config.history_store
-        if run is not None and run.transcript is not None:  # compacted: the history is rewritten
-            self._history = run.transcript
-            self._head = (len(self._history), run.final_head)
+        if compacted_to is not None:
+            self._history = compacted_to
             if store is not None:
-                await store.replace(self._history)
-            return
-        self._history.extend(new_messages)
-        final = run.final_head if run is not None else None
-        self._head = (len(self._history), final) if final is not None else None
-        if store is not None:
-            for message in new_messages:
-                await store.append(message)
+                await store.replace(compacted_to)
+        else:
+            self._history.extend(added)
+            if store is not None:
+                for message in added:
+                    await store.append(message)
+        self._head = (len(self._history), head) if head is not None else None
 
     def _last_input_tokens(self) -> int:
         """What the conversation's last model response reported reading (compaction trigger)."""

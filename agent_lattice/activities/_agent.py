@@ -226,23 +226,11 @@ class AgentActivities:
     ) -> ToolCallOutput:
         """A tool result on its way to the model: hooks, then the trace event; a large result
         enters workflow history as a reference."""
-        block = ToolResultBlock(
-            tool_use_id=use.id, content=result.content, is_error=result.is_error
+        block = await _hooked(
+            agent,
+            use,
+            ToolResultBlock(tool_use_id=use.id, content=result.content, is_error=result.is_error),
         )
-        hooks = agent.config.hooks
-        if hooks is not None:
-            error = text_of(result.content) if result.is_error else None
-            block = await _hook(
-                hooks.tool_result(
-                    ToolResultContext(
-                        tool_name=use.name,
-                        tool_use_id=use.id,
-                        input=use.input,
-                        result=block,
-                        error=error,
-                    )
-                )
-            )
         await tracer.emit(
             "tool_result", **block.model_dump(mode="json", exclude={"type", "content_ref"})
         )
@@ -355,17 +343,7 @@ class AgentActivities:
         if output is None:
             return
         transcript, added, head = await run_transcript(self._transcripts, output)
-        store = child.config.history_store
-        if output.compacted:
-            child._history = transcript
-            if store is not None:
-                await store.replace(transcript)
-        else:
-            child._history.extend(added)
-            if store is not None:
-                for m in added:
-                    await store.append(m)
-        child._head = (len(child._history), head) if head is not None else None
+        await child._take(added, compacted_to=transcript if output.compacted else None, head=head)
 
     @activity.defn(name="lattice.team_report")
     async def team_report(self, input: TeamReportInput) -> Report:
@@ -517,17 +495,10 @@ class AgentActivities:
     async def tool_result_hooks(self, input: ToolResultsHookInput) -> list[ToolResultBlock]:
         """``on_tool_result`` for results the workflow made itself (runs as a local activity)."""
         agent = self._agent(input.agent_key, input.session_id)
-        hooks = agent.config.hooks
-        if hooks is None:
-            return input.results
-        shaped = []
-        for use, block in zip(input.calls, input.results, strict=True):
-            error = text_of(block.content) if block.is_error else None
-            context = ToolResultContext(
-                tool_name=use.name, tool_use_id=use.id, input=use.input, result=block, error=error
-            )
-            shaped.append(await _hook(hooks.tool_result(context)))
-        return shaped
+        return [
+            await _hooked(agent, use, block)
+            for use, block in zip(input.calls, input.results, strict=True)
+        ]
 
     @activity.defn(name="lattice.trace")
     async def trace(self, input: TraceInput) -> None:
@@ -553,6 +524,18 @@ class _Delegated:
 
 
 _DELEGATED = _Delegated()
+
+
+async def _hooked(agent: Agent, use: ToolUseBlock, block: ToolResultBlock) -> ToolResultBlock:
+    """``block`` after the agent's ``on_tool_result`` hook (unchanged without one)."""
+    hooks = agent.config.hooks
+    if hooks is None:
+        return block
+    error = text_of(block.content) if block.is_error else None
+    context = ToolResultContext(
+        tool_name=use.name, tool_use_id=use.id, input=use.input, result=block, error=error
+    )
+    return await _hook(hooks.tool_result(context))
 
 
 def _tool_context(agent: Agent, input: ToolCallInput | DelegateCallInput) -> ToolContext:
