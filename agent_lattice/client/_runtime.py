@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,8 @@ class Runtime:
         self.settings = settings or ActivitySettings()
         self.server = server
         self._registry = AgentRegistry()
+        # agents whose workers (and delegation targets') this runtime started, by their key
+        self._served: weakref.WeakKeyDictionary[Agent, str] = weakref.WeakKeyDictionary()
         self._transcripts: TranscriptStore | None = None
         self._workers: dict[str, tuple[Worker, asyncio.Task[None]]] = {}
         # Inline workers serve this process's agent objects (their tools, keys and clients):
@@ -200,8 +203,8 @@ class Runtime:
 
     async def ensure_worker(self, agent: Agent) -> None:
         """Serve ``agent`` from this process (inline agents of a script)."""
-        if not self.inline_workers:
-            return
+        if not self.inline_workers or self._served.get(agent) == agent.key:
+            return  # its workers run already (walking its delegation targets again spawns specs)
         _preload_provider_sdk()
         # the agents it delegates to run here too, as child workflows on their own queues
         for served in delegation_targets([agent]):
@@ -216,6 +219,7 @@ class Runtime:
                 )
                 task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
+        self._served[agent] = agent.key
 
     async def stream_receiver(self) -> StreamReceiver:
         await self._receiver.start()
@@ -224,6 +228,7 @@ class Runtime:
     async def close(self) -> None:
         """Stop inline workers (gracefully) and the stream listener."""
         workers, self._workers = list(self._workers.values()), {}
+        self._served.clear()
         for worker, _task in workers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(worker.shutdown(), WORKER_SHUTDOWN_GRACE_S * 5)
