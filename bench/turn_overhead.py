@@ -54,7 +54,6 @@ from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryConf
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-import agent_lattice.activities._agent as activities_module
 import agent_lattice.client._runtime as runtime_module
 from agent_lattice import ResultMessage, create_agent, tool
 from agent_lattice._messages import ModelMessage, TextBlock, ToolUseBlock, Usage
@@ -262,30 +261,6 @@ def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(obj, name, old)
-
-
-@contextlib.asynccontextmanager
-async def heartbeat_after_first_interval() -> AsyncIterator[None]:
-    """``_heartbeating`` with the first heartbeat sent after one interval, not at once (a
-    proposed change of ``agent_lattice/activities/_agent.py``; swapped in by a variant)."""
-    info = activity.info()
-    if info.is_local or not info.heartbeat_timeout:
-        yield
-        return
-    interval = max(info.heartbeat_timeout.total_seconds() / 2, 0.05)
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            activity.heartbeat()
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def agent_variant(
@@ -661,16 +636,12 @@ async def section_c(home: Path, n: int, repeat: int) -> None:
         custom = await connect(server)
         custom.inline_workers = False
         stack.push_async_callback(custom.close)
-        hb_patch = (activities_module, "_heartbeating", heartbeat_after_first_interval)
         cooldown = (runtime_module, "POLL_COOLDOWN_S", 0.1)
         agent_variants = [
             agent_variant("agent (library defaults)", runtime, server),
             agent_variant("agent, no subscriber (start + result)", runtime, server, direct=True),
             agent_variant(
                 "agent, subscriber poll_cooldown 100 ms", runtime, server, patches=[cooldown]
-            ),
-            agent_variant(
-                "agent, first heartbeat after one interval", runtime, server, patches=[hb_patch]
             ),
         ]
         tq = f"bench-c-{uuid.uuid4().hex[:8]}"
@@ -711,19 +682,14 @@ async def section_c(home: Path, n: int, repeat: int) -> None:
             )
         server_p, runtime_p = env["proposed: WAL + NORMAL + eager"]
         proposed = [
-            agent_variant(
-                "agent, tool activity [proposed]", runtime_p, server_p, patches=[hb_patch]
-            ),
-            agent_variant(
-                "agent, cheap tool [proposed]", runtime_p, server_p, cheap=True, patches=[hb_patch]
-            ),
+            agent_variant("agent, tool activity [proposed]", runtime_p, server_p),
+            agent_variant("agent, cheap tool [proposed]", runtime_p, server_p, cheap=True),
             agent_variant(
                 "agent, cheap tool [proposed], no subscriber",
                 runtime_p,
                 server_p,
                 cheap=True,
                 direct=True,
-                patches=[hb_patch],
             ),
         ]
         tq = f"bench-c-{uuid.uuid4().hex[:8]}"
@@ -758,7 +724,6 @@ async def section_knobs(home: Path, n: int, repeat: int) -> None:
         stack.push_async_callback(custom.close)
         tq = f"bench-k-{uuid.uuid4().hex[:8]}"
         await stack.enter_async_context(agent_worker(runtime.client, tq, unsandboxed=True))
-        hb_patch = (activities_module, "_heartbeating", heartbeat_after_first_interval)
         variants = [
             agent_variant("agent (library defaults) [WAL]", runtime, server),
             agent_variant("agent, no subscriber (start + result)", runtime, server, direct=True),
@@ -769,9 +734,6 @@ async def section_knobs(home: Path, n: int, repeat: int) -> None:
                 patches=[(runtime_module, "POLL_COOLDOWN_S", 0.1)],
             ),
             agent_variant("agent, heartbeat_timeout unset", no_hb, server),
-            agent_variant(
-                "agent, first heartbeat after one interval", runtime, server, patches=[hb_patch]
-            ),
             agent_variant(
                 "agent, worker: UnsandboxedWorkflowRunner", custom, server, task_queue=tq
             ),
