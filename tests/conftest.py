@@ -55,3 +55,28 @@ async def keep_history(runtime, workflow_id: str, name: str):
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / f"{name}.json").write_text(history.to_json())
     return history
+
+
+def by_agent(**handlers):
+    """A fake-provider handler for several agents: each request goes to the handler (a
+    ``Script`` or any function of the request) of the agent whose system prompt says
+    "You are <name>."."""
+
+    def handle(request):
+        system = request.system or ""
+        for name, handler in handlers.items():
+            if f"You are {name}." in system:
+                return handler(request)
+        raise AssertionError(f"no handler for system prompt {system!r}")
+
+    return handle
+
+
+async def child_ids(client, workflow_id: str) -> list[str]:
+    """The child workflows a run started, in order, from its history."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]

@@ -29,30 +29,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import API_KEY, Expr, make_calculator
-
-
-def by_agent(**scripts: Script):
-    """Route each request to the script of the agent whose system prompt names it."""
-
-    def handle(request: RecordedRequest) -> Reply:
-        system = request.system or ""
-        for name, script in scripts.items():
-            if f"You are {name}." in system:
-                return script(request)
-        raise AssertionError(f"no script for system prompt {system!r}")
-
-    return handle
-
-
-async def child_ids(client, workflow_id: str) -> list[str]:
-    """The child workflows a query started, from its history."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-        for e in history.events
-        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
-    ]
+from conftest import API_KEY, Expr, by_agent, child_ids, make_calculator
 
 
 def spec(fake, name: str, **options):

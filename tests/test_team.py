@@ -31,7 +31,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import API_KEY
+from conftest import API_KEY, by_agent, child_ids
 
 
 def agent(fake, name: str, **options):
@@ -43,16 +43,6 @@ def agent(fake, name: str, **options):
         system_prompt=f"You are {name}.",
         **options,
     )
-
-
-def route(**handlers):
-    def handle(request: RecordedRequest) -> Reply:
-        for name, h in handlers.items():
-            if f"You are {name}." in (request.system or ""):
-                return h(request)
-        raise AssertionError(f"unrouted request: {request.system!r}")
-
-    return handle
 
 
 async def test_handoffs_answer_with_receipts_then_reports_in_handoff_order(
@@ -73,7 +63,7 @@ async def test_handoffs_answer_with_receipts_then_reports_in_handoff_order(
         return text("Both reported.")
 
     fake_anthropic.set_handler(
-        route(
+        by_agent(
             lead=lead,
             researcher=lambda r: slow(text("research done"), delay=0.8),
             writer=lambda r: text("draft done"),
@@ -140,7 +130,7 @@ async def test_failure_isolation_and_serial_by_default(fake_anthropic, lattice_r
         return text("partial result accepted")
 
     fake_anthropic.set_handler(
-        route(
+        by_agent(
             lead=lead,
             flaky=lambda r: error(400, "bad request from flaky"),
             steady=lambda r: slow(text("steady ok"), delay=0.3),
@@ -183,15 +173,6 @@ def test_team_options_are_checked(fake_anthropic):
         create_team(name="t", lead=lead, members=[member, member])
 
 
-async def child_ids(client, workflow_id: str) -> list[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-        for e in history.events
-        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
-    ]
-
-
 async def test_nested_team_each_level_its_own_workflow(fake_anthropic, lattice_runtime):
     def manager(member_tasks: dict[str, str], final: str):
         def handle(request: RecordedRequest) -> Reply:
@@ -208,7 +189,7 @@ async def test_nested_team_each_level_its_own_workflow(fake_anthropic, lattice_r
         return handle
 
     fake_anthropic.set_handler(
-        route(
+        by_agent(
             ceo=manager({"engineering": "Ship the notebook app."}, "CEO summary"),
             head=manager({"backend": "Build the API.", "frontend": "Build the UI."}, "eng done"),
             backend=lambda r: text("API ready"),
@@ -263,7 +244,7 @@ async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
             return slow(text("never"), delay=30)
         return text("checked")
 
-    fake_anthropic.set_handler(route(lead=lead, researcher=researcher))
+    fake_anthropic.set_handler(by_agent(lead=lead, researcher=researcher))
     team = create_team(
         name="lab",
         lead=agent(fake_anthropic, "lead"),
@@ -319,7 +300,7 @@ async def test_handoff_grants_are_checked_recorded_and_enforced(
             )
         return text("wrote what I could")
 
-    fake_anthropic.set_handler(route(lead=lead, backend=backend))
+    fake_anthropic.set_handler(by_agent(lead=lead, backend=backend))
     member = create_agent(
         api_key=API_KEY,
         base_url=fake_anthropic.base_url,
@@ -371,7 +352,7 @@ async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_
             )
         return text("done")
 
-    fake_anthropic.set_handler(route(lead=lambda r: text("unused"), researcher=researcher))
+    fake_anthropic.set_handler(by_agent(lead=lambda r: text("unused"), researcher=researcher))
     mailbox = create_sqlite_mailbox(path=tmp_path / "team.db")
     team = create_team(
         name="engineering",
@@ -431,7 +412,7 @@ async def test_handoff_work_shows_in_the_mailbox_backend_and_abort_stops_the_tea
         return text("unused")
 
     fake_anthropic.set_handler(
-        route(
+        by_agent(
             lead=lead,
             a=lambda r: text("quick done"),
             b=lambda r: slow(text("late"), delay=60),
@@ -476,7 +457,7 @@ async def test_two_handoffs_to_one_member_run_in_turn_on_its_session(
         seen.append(len(request.messages))
         return text(f"noted #{len(seen)}")
 
-    fake_anthropic.set_handler(route(lead=lead, scribe=scribe))
+    fake_anthropic.set_handler(by_agent(lead=lead, scribe=scribe))
     member = agent(fake_anthropic, "scribe")
     team = create_team(
         name="desk",
