@@ -67,7 +67,7 @@ from ._messages import (
 )
 from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
 from ._skills import Skill, load_skill, skill
-from ._team import Team, TeamMember, create_team, team_member
+from ._team import DrainResult, Team, TeamMember, create_team, team_member
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
     PermissionRequest,
@@ -110,6 +110,7 @@ __all__ = [
     "ContextTracer",
     "DelegationInput",
     "DevServer",
+    "DrainResult",
     "ErrorInfo",
     "HistoryStore",
     "HistoryStoreError",
