@@ -294,6 +294,9 @@ class TeamAgentEvent(BaseModel):
     workflow_id: str | None = None
     subtype: str | None = None
     session_id: str
+    # when the member is itself a team: its lead's query, whose stream carries that team's
+    # own events (a nested team's members reach the outer stream through it)
+    lead_workflow_id: str | None = None
 
 
 class AgentMessageEvent(BaseModel):

@@ -210,9 +210,31 @@ async def test_nested_team_each_level_its_own_workflow(fake_anthropic, lattice_r
         members=[team_member(name="engineering", role="head", agent=engineering)],
     )
 
-    result = await company.prompt("Build a notebook app.")
+    stream = await collect(company.query("Build a notebook app."))
+    result = stream[-1]
 
+    assert isinstance(result, ResultMessage)
     assert result.result.startswith("CEO summary")
+    # the engineering team's inside reaches the company's stream: its lead's messages (as the
+    # "engineering" member), its own team events, and its members' messages
+    nested = [m for m in stream if isinstance(m, AgentMessageEvent)]
+    assert {(e.team, e.member) for e in nested} == {
+        ("company", "engineering"),
+        ("engineering", "backend"),
+        ("engineering", "frontend"),
+    }
+    backend_result = next(
+        e.message for e in nested if e.member == "backend" and e.message.type == "result"
+    )
+    assert backend_result.result == "API ready"
+    inner = [m for m in stream if isinstance(m, TeamAgentEvent) and m.team == "engineering"]
+    assert {(e.member, e.event) for e in inner} == {
+        (member, event) for member in ("backend", "frontend") for event in ("started", "finished")
+    }
+    assert any(
+        isinstance(m, TeamMessageEvent) and m.team == "engineering" and m.event == "completed"
+        for m in stream
+    )
     assert "eng done" in result.result  # the engineering team's answer reached the CEO
     assert set(result.usage_by_agent) == {"ceo", "head", "backend", "frontend"}
     client = lattice_runtime.client

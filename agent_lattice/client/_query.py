@@ -25,6 +25,7 @@ from .._messages import (
     StreamEventMessage,
     SystemMessage,
     TeamAgentEvent,
+    TeamMessageEvent,
     UserMessage,
 )
 from .._options import check_options
@@ -245,10 +246,17 @@ class QueryRun:
         members: list[asyncio.Task[None]] = []  # a team's member queries, nested in the stream
 
         async def pump_member(event: TeamAgentEvent) -> None:
-            assert event.workflow_id is not None
+            """A member's own messages into the stream; a member that is a team shows its
+            lead's messages, its own team events, and (recursively) its members'."""
+            source = event.lead_workflow_id or event.workflow_id
+            assert source is not None
             try:
-                async for nested in runtime.durable_messages(event.workflow_id):
-                    if isinstance(
+                async for nested in runtime.durable_messages(source):
+                    if isinstance(nested, TeamMessageEvent | TeamAgentEvent):
+                        await queue.put(_Nested(nested))  # the inner team's own event
+                        if _has_stream(nested):
+                            members.append(asyncio.create_task(pump_member(nested)))
+                    elif isinstance(
                         nested, SystemMessage | AssistantMessage | UserMessage | ResultMessage
                     ):
                         await queue.put(
@@ -256,14 +264,14 @@ class QueryRun:
                                 AgentMessageEvent(
                                     team=event.team,
                                     member=event.member,
-                                    workflow_id=event.workflow_id,
+                                    workflow_id=source,
                                     message=nested,
                                     session_id=session_id,
                                 )
                             )
                         )
             except Exception as err:  # nested events are a view: never fail the query for them
-                log.debug("messages of %s unavailable: %s", event.workflow_id, err)
+                log.debug("messages of %s unavailable: %s", source, err)
 
         finished = False
         # A stream event says how many durable messages were published before its model
@@ -282,12 +290,7 @@ class QueryRun:
                 if isinstance(item, _Nested):
                     yield item.event
                     continue
-                if (
-                    isinstance(item, TeamAgentEvent)
-                    and item.event == "started"
-                    and item.workflow_id
-                    and not item.workflow_id.startswith("team-")  # a nested team has no stream
-                ):
+                if _has_stream(item):
                     members.append(asyncio.create_task(pump_member(item)))
                 if isinstance(item, StreamEventMessage):
                     after = await queue.get()
@@ -353,15 +356,26 @@ class QueryRun:
 
 
 class _Nested:
-    """A member's message on its way into the team's stream."""
+    """A member's message (or a nested team's event) on its way into the team's stream."""
 
-    def __init__(self, event: AgentMessageEvent) -> None:
+    def __init__(self, event: AgentMessageEvent | TeamMessageEvent | TeamAgentEvent) -> None:
         self.event = event
+
+
+def _has_stream(item: Any) -> bool:
+    """A member's work started whose messages can be followed: an agent's query, or a
+    nested team's (through its lead's query)."""
+    return (
+        isinstance(item, TeamAgentEvent)
+        and item.event == "started"
+        and item.workflow_id is not None
+        and (not item.workflow_id.startswith("team-") or item.lead_workflow_id is not None)
+    )
 
 
 async def _rest_of(
     members: list[asyncio.Task[None]], queue: asyncio.Queue[Any], within: float = 30.0
-) -> AsyncIterator[AgentMessageEvent]:
+) -> AsyncIterator[AgentMessageEvent | TeamMessageEvent | TeamAgentEvent]:
     """The member messages still on their way when the lead's result arrives."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within

@@ -252,6 +252,9 @@ class TeamWorkflow:
                 workflow_id=handoff.workflow_id,
                 subtype=subtype,
                 session_id=self._input.lead.session_id,
+                lead_workflow_id=handoff.team_child.lead_workflow_id
+                if handoff.team_child is not None
+                else None,
             ),
         )
 
