@@ -84,7 +84,13 @@ from ._tracing import (
     define_context_tracer,
 )
 from ._workspace import create_agent_workspace_tools, create_builtin_tools
-from .client import DevServer, Runtime, get_default_runtime, set_default_runtime
+from .client import (
+    DevServer,
+    Runtime,
+    create_workflow_mailbox,
+    get_default_runtime,
+    set_default_runtime,
+)
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import LatticePlugin, create_worker
 
@@ -175,6 +181,7 @@ __all__ = [
     "create_sqlite_mailbox",
     "create_team",
     "create_worker",
+    "create_workflow_mailbox",
     "define_agent",
     "define_context_tracer",
     "define_history_store",

@@ -5,7 +5,8 @@ A message is ``pending`` in its ``to`` mailbox until that member's runtime claim
 (``processing``); it ends ``done``, ``failed`` or ``cancelled``. Routing is explicit: a
 message belongs to its ``to`` mailbox, and ``claim_next`` only ever takes from the one asked.
 
-Backends: :func:`create_memory_mailbox` (one process), :func:`create_sqlite_mailbox`
+Backends: ``create_workflow_mailbox`` (the default, in ``client/_mailbox``: a Temporal
+workflow keeps the messages), :func:`create_memory_mailbox` (one process), :func:`create_sqlite_mailbox`
 (stdlib ``sqlite3``; processes of one machine), :func:`create_postgres_mailbox` (psycopg;
 claims with ``FOR UPDATE SKIP LOCKED``, so concurrent runtimes never take the same message),
 or any host object implementing :class:`TeamMailbox`.
@@ -39,7 +40,7 @@ __all__ = [
 
 MessageStatus = Literal["pending", "processing", "done", "failed", "cancelled"]
 MessageKind = Literal["task", "reply", "followup", "message"]
-_FINAL = {"done", "failed", "cancelled"}
+FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 
 
 def mailbox_id(team: str, member: str) -> str:
@@ -89,7 +90,7 @@ class TeamMailbox(Protocol):
 
 
 def _transition(message: TeamMessage, status: MessageStatus, result: str | None) -> TeamMessage:
-    if message.status in _FINAL:
+    if message.status in FINAL_STATUSES:
         raise OptionError(
             f"message {message.id} is already {message.status}; it cannot become {status}"
         )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from ._errors import OptionError
-from ._mailbox import TeamMailbox, TeamMessage, check_mailbox, create_memory_mailbox, mailbox_id
+from ._mailbox import TeamMailbox, TeamMessage, check_mailbox, mailbox_id
 from ._messages import ResultMessage, SDKMessage
 from ._options import check_options
 from ._tools import ToolDefinition, ToolResult, tool
@@ -180,10 +180,12 @@ class Team:
 
 def create_team(**options: Any) -> Team:
     """A team: ``name``, ``lead`` (an Agent), ``members`` (``team_member(...)``), ``mailbox``
-    (default: in-memory; the TeamWorkflow keeps the run's work durable either way),
+    (default: ``create_workflow_mailbox(name)``, kept by Temporal; the TeamWorkflow keeps a
+    run's own work durable whatever the backend),
     ``runner={"max_concurrent_work_items": N}`` (default 1), ``expose_lead_mailbox_tools``."""
     from ._agent import Agent
     from ._delegation import member_tool
+    from .client._mailbox import create_workflow_mailbox
 
     check_options("TeamOptions", options, _TEAM_OPTIONS)
     name = options.get("name")
@@ -209,9 +211,11 @@ def create_team(**options: Any) -> Team:
             f"got {limit!r}"
         )
     mailbox = options.get("mailbox")
-    mailbox = (
-        check_mailbox(mailbox, "create_team()") if mailbox is not None else create_memory_mailbox()
-    )
+    if mailbox is None:  # the default: kept by Temporal, named after the team
+        mailbox = create_workflow_mailbox(name)
+        mailbox.runtime_of = lambda: lead._runtime  # type: ignore[attr-defined]
+    else:
+        mailbox = check_mailbox(mailbox, "create_team()")
     taken = {t.name for t in lead.config.tools}
     clash = [m.name for m in members if m.name in taken]
     if clash:

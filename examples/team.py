@@ -1,6 +1,7 @@
 """Seeds, "Team Mailbox Collaboration" and "Nested teams": a company team whose CEO hands
 engineering work to a nested engineering team (head -> backend, frontend). Every level is its
-own TeamWorkflow; every agent query a child workflow beneath it."""
+own TeamWorkflow; every agent query a child workflow beneath it. The company's stream carries
+the nested team's events and its members' own messages too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 from _demo import model_options
 
 from agent_lattice import (
+    AgentMessageEvent,
     TeamAgentEvent,
     TeamMessageEvent,
     create_agent,
@@ -88,6 +90,8 @@ async def main() -> None:
             print(f"team_message {event.event}: {event.from_mailbox} -> {event.to_mailbox}")
         elif isinstance(event, TeamAgentEvent):
             print(f"team_agent {event.member} {event.event}")
+        elif isinstance(event, AgentMessageEvent) and event.message.type == "result":
+            print(f"agent_message {event.team}::{event.member} result: {event.message.result}")
         elif event.type == "result":
             print(event.result)
             print("agents:", ", ".join(sorted(event.usage_by_agent)))

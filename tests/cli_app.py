@@ -34,7 +34,8 @@ agent = create_agent(
 
 
 def _team():
-    """A team over a SQLite mailbox at ``LATTICE_TEST_TEAM_DB`` (the CLI's team commands)."""
+    """A team over a SQLite mailbox at ``LATTICE_TEST_TEAM_DB`` (the CLI's team commands), or
+    over the default mailbox (a Temporal workflow) when it is ``workflow``."""
     from agent_lattice import create_bare_agent, create_sqlite_mailbox, create_team, team_member
 
     def member(name: str):
@@ -53,7 +54,7 @@ def _team():
         name="crew",
         lead=member("boss"),
         members=[team_member(name="helper", agent=member("helper"))],
-        mailbox=create_sqlite_mailbox(path=path),
+        mailbox=None if path == "workflow" else create_sqlite_mailbox(path=path),
     )
 
 

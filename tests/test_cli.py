@@ -484,10 +484,17 @@ def test_dev_ensures_a_server_that_server_commands_report_and_stop(
             left.stop()
 
 
+@pytest.mark.parametrize("backend", ["workflow", "sqlite"])
 def test_team_commands_send_drain_status_inbox(
-    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer, tmp_path: Path
+    env: dict[str, str],
+    procs: list[Cli],
+    fake_anthropic: FakeAnthropicServer,
+    tmp_path: Path,
+    backend: str,
 ) -> None:
-    env = {**env, "LATTICE_TEST_TEAM_DB": str(tmp_path / "team.db")}
+    # each command is its own process: the mailbox outlives them (a workflow, or a file)
+    db = "workflow" if backend == "workflow" else str(tmp_path / "team.db")
+    env = {**env, "LATTICE_TEST_TEAM_DB": db}
     team = "tests/cli_app.py:crew"
 
     def helper(request: RecordedRequest) -> Reply:
@@ -517,3 +524,26 @@ def test_team_commands_send_drain_status_inbox(
     assert "reply" in inbox.stdout[0] and "from crew::helper: all set" in inbox.stdout[0]
     procs.append(bad := Cli.run("team", "status", "tests/cli_app.py:agent", env=env))
     assert bad.finish() == 2 and "is not a team" in bad.err
+
+
+def test_run_a_team_from_the_shell(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    env = {**env, "LATTICE_TEST_TEAM_DB": "workflow"}
+
+    def handle(request: RecordedRequest) -> Reply:
+        if "You are boss." in (request.system or ""):
+            if len(request.messages) == 1:
+                return tool_use("helper", {"mode": "handoff", "task": "count the chairs"})
+            return text("Boss: the helper reported")
+        return text("12 chairs")
+
+    fake_anthropic.set_handler(handle)
+    procs.append(run := Cli.exec("run", "tests/cli_app.py:crew", "How many chairs?", env=env))
+    assert run.finish() == 0, run
+    out = "\n".join(run.stdout)
+    assert "✉ sent crew::lead → crew::helper: count the chairs" in out
+    assert "crew::helper: 12 chairs" in out  # the member's own message, nested
+    assert "Boss: the helper reported" in out
+    (last,) = [r for r in fake_anthropic.requests if len(r.messages) == 3]
+    assert "12 chairs" in last.messages[-1]["content"][-1]["text"]  # the report reached the lead

@@ -64,6 +64,8 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "team.py": (
         "team_message sent: company::lead -> company::engineering",
         "team_agent engineering finished",
+        "team_message sent: engineering::lead -> engineering::backend",
+        "agent_message engineering::backend result: Notes API ready: GET/POST /notes.",
         "CEO: engineering shipped the notebook app (API and UI).",
         "agents: backend, ceo, frontend, head",
     ),
@@ -71,6 +73,12 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "drained 1 message(s), 0 failed",
         "reply from engineering::researcher: The SDK runs each query as a Temporal workflow.",
         "claim_next on an empty mailbox: None",
+    ),
+    "team_durable_mailbox.py": (
+        "drained 1 message(s), 0 failed",
+        "task design-review::lead -> design-review::reviewer [done]: Review the notes API design.",
+        "reply design-review::reviewer -> design-review::lead [pending]: Approved: the API is "
+        "consistent.",
     ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }

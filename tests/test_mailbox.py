@@ -10,9 +10,11 @@ import pytest
 from agent_lattice import (
     OptionError,
     TeamMailbox,
+    TeamMessage,
     create_memory_mailbox,
     create_postgres_mailbox,
     create_sqlite_mailbox,
+    create_workflow_mailbox,
     mailbox_id,
 )
 from agent_lattice.testing import check_mailbox_conformance
@@ -27,6 +29,29 @@ async def test_memory_mailbox_conformance():
 
 async def test_sqlite_mailbox_conformance(tmp_path):
     await check_mailbox_conformance(lambda: create_sqlite_mailbox(path=tmp_path / "team.db"))
+
+
+async def test_workflow_mailbox_conformance(lattice_runtime):
+    name = f"conformance-{uuid.uuid4().hex[:8]}"
+    # a new client object each call: the state lives in the workflow, not in the object
+    await check_mailbox_conformance(lambda: create_workflow_mailbox(name))
+
+
+async def test_workflow_mailbox_keeps_its_messages_across_continue_as_new(lattice_runtime):
+    box = create_workflow_mailbox(f"can-{uuid.uuid4().hex[:8]}", max_history_events=30)
+    for i in range(12):  # each send and each update adds history events: several runs
+        await box.send(TeamMessage(from_mailbox="t::lead", to_mailbox="t::a", body=str(i)))
+        if i % 3 == 0:
+            claimed = await box.claim_next("t::a")
+            await box.set_status(claimed.id, "done", result=f"r{i}")
+    handle = lattice_runtime.client.get_workflow_handle(box.workflow_id)
+    description = await handle.describe()
+    assert description.run_id != description.raw_description.workflow_execution_info.first_run_id
+    inbox = await box.inbox("t::a")
+    assert [m.body for m in inbox] == [str(i) for i in range(12)]  # nothing lost, in order
+    assert [m.body for m in inbox if m.status == "done"] == ["0", "1", "2", "3"]
+    assert [m.result for m in inbox if m.status == "done"] == ["r0", "r3", "r6", "r9"]
+    assert (await box.claim_next("t::a")).body == "4"  # the oldest pending one
 
 
 @pytest.mark.skipif(
@@ -52,3 +77,7 @@ def test_mailbox_ids_and_options(tmp_path):
         create_sqlite_mailbox(path=tmp_path / "x.db", table="Bad Table")
     with pytest.raises(OptionError, match="dsn must be a connection string"):
         create_postgres_mailbox(dsn="")
+    with pytest.raises(OptionError, match="name must contain only"):
+        create_workflow_mailbox("a team")
+    with pytest.raises(OptionError, match="max_history_events"):
+        create_workflow_mailbox("team", max_history_events=3)

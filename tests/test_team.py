@@ -352,9 +352,17 @@ async def test_handoff_grants_are_checked_recorded_and_enforced(
     assert task["status"] == "done" and task["to_mailbox"] == "eng::backend"
 
 
-async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_runtime, tmp_path):
+def mailbox_of(backend: str, tmp_path):
+    """None: the team's default (a TeamMailboxWorkflow); else a SQLite file."""
     from agent_lattice import create_sqlite_mailbox
 
+    return None if backend == "workflow" else create_sqlite_mailbox(path=tmp_path / "team.db")
+
+
+@pytest.mark.parametrize("backend", ["workflow", "sqlite"])
+async def test_send_and_drain_with_member_mailbox_tools(
+    fake_anthropic, lattice_runtime, tmp_path, backend
+):
     def researcher(request: RecordedRequest) -> Reply:
         prompt = request.messages[-1]["content"]  # a live session: earlier drains stay in history
         if isinstance(prompt, str):
@@ -375,14 +383,14 @@ async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_
         return text("done")
 
     fake_anthropic.set_handler(by_agent(lead=lambda r: text("unused"), researcher=researcher))
-    mailbox = create_sqlite_mailbox(path=tmp_path / "team.db")
     team = create_team(
         name="engineering",
         lead=agent(fake_anthropic, "lead"),
         members=[team_member(name="researcher", agent=agent(fake_anthropic, "researcher"))],
-        mailbox=mailbox,
+        mailbox=mailbox_of(backend, tmp_path),
         expose_lead_mailbox_tools=True,
     )
+    mailbox = team.mailbox
     assert {"team_send", "team_reply", "team_status"} <= {t.name for t in team.lead.tools}
     assert "team_reply" in {t.name for t in team.members[0].agent.tools}
 
@@ -401,10 +409,9 @@ async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_
         ("reply", "findings: ok"),
         ("followup", "halfway"),
     ]
-    inbox_seen = (
-        json.loads(fake_anthropic.requests[0].tool_results[0]["content"]) if False else None
-    )
-    assert inbox_seen is None
+    # the member's team_inbox call listed what it was working on
+    listed = json.loads(fake_anthropic.requests[1].messages[-1]["content"][0]["content"])
+    assert [m["message_id"] for m in listed] == [answered.id]
 
     rest = await team.drain()
     assert [m.id for m in rest.processed] == [ignored.id] and rest.failed
@@ -416,11 +423,10 @@ async def test_send_and_drain_with_member_mailbox_tools(fake_anthropic, lattice_
     assert await mailbox.claim_next("engineering::researcher") is None
 
 
+@pytest.mark.parametrize("backend", ["workflow", "sqlite"])
 async def test_handoff_work_shows_in_the_mailbox_backend_and_abort_stops_the_team(
-    fake_anthropic, lattice_runtime, tmp_path
+    fake_anthropic, lattice_runtime, tmp_path, backend
 ):
-    from agent_lattice import create_sqlite_mailbox
-
     def lead(request: RecordedRequest) -> Reply:
         if len(request.messages) == 1:
             return message(
@@ -441,13 +447,13 @@ async def test_handoff_work_shows_in_the_mailbox_backend_and_abort_stops_the_tea
             c=lambda r: text("should not run"),
         )
     )
-    mailbox = create_sqlite_mailbox(path=tmp_path / "team.db")
     team = create_team(
         name="t",
         lead=agent(fake_anthropic, "lead"),
         members=[team_member(name=n, agent=agent(fake_anthropic, n)) for n in "abc"],
-        mailbox=mailbox,
+        mailbox=mailbox_of(backend, tmp_path),
     )
+    mailbox = team.mailbox
     result = await asyncio.wait_for(team.prompt("go", timeout=3), 40)
 
     assert result.subtype == "error_abort"

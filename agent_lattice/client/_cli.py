@@ -35,14 +35,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from .._agent import Agent
 from .._errors import LatticeError
 from .._messages import (
+    AgentMessageEvent,
     AssistantMessage,
     ResultMessage,
     SDKMessage,
     StreamEventMessage,
     SystemMessage,
+    TeamAgentEvent,
+    TeamMessageEvent,
     ToolResultBlock,
     UserMessage,
 )
+from .._team import Team
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
 from ._runtime import Runtime
 from ._server import DevServer, lattice_home, pid_alive
@@ -112,6 +116,19 @@ class Renderer:
             self._tool_results(message)
         elif isinstance(message, ResultMessage):
             self._result(message)
+        elif isinstance(message, TeamMessageEvent):
+            body = f": {_one_line(message.body, 80)}" if message.body else ""
+            self.note(
+                f"✉ {message.event} {message.from_mailbox} → {message.to_mailbox}{body}", "cyan"
+            )
+        elif isinstance(message, TeamAgentEvent):
+            self.note(f"⚙ {message.mailbox} {message.event} {message.work_item_id}", "cyan")
+        elif isinstance(message, AgentMessageEvent) and isinstance(
+            message.message, AssistantMessage
+        ):
+            said = message.message.message.text
+            if said:
+                self.note(f"  {message.team}::{message.member}: {_one_line(said, 100)}")
 
     def note(self, text: str, style: str = "dim") -> None:
         """A line between messages (ends a streamed line first)."""
@@ -529,7 +546,7 @@ def run(
 
 
 async def _run(
-    agent: Agent, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
+    agent: Agent | Team, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
 ) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
@@ -540,13 +557,14 @@ async def _run(
 
 async def _run_query(
     runtime: Runtime,
-    agent: Agent,
+    agent: Agent | Team,
     prompt: str,
     json_lines: bool,
     stream: bool,
     serve: bool | None,
 ) -> int:
-    queue = agent.task_queue
+    # a team runs through its lead (and is served, members included, with it)
+    queue = agent.lead.task_queue if isinstance(agent, Team) else agent.task_queue
     if serve is None:
         serve = not await has_live_worker(runtime.client, queue)
         if serve:

@@ -38,9 +38,10 @@ from .._messages import (
 )
 from .._streaming import StreamReceiver
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
-from ..worker._plugin import LatticePlugin
+from ..worker._plugin import LatticePlugin, create_mailbox_worker
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
+from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._server import DevServer, lattice_home
 
@@ -208,6 +209,8 @@ class Runtime:
         _preload_provider_sdk()
         # the agents it delegates to run here too, as child workflows on their own queues
         for served in delegation_targets([agent]):
+            if served._team is not None:  # its members' mailbox tools reach the team mailbox
+                await self.ensure_mailbox_worker()
             self._registry.add_session(served)
             self._registry.add(served)
             queue = self.task_queue_for(served)
@@ -220,6 +223,17 @@ class Runtime:
                 task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
         self._served[agent] = agent.key
+
+    async def ensure_mailbox_worker(self) -> None:
+        """Host the team mailbox workflows from this process too (inline workers only)."""
+        if not self.inline_workers:
+            return
+        queue = mailbox_task_queue()
+        async with self._lock:
+            if queue not in self._workers:
+                worker = create_mailbox_worker(self.client)
+                task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
+                self._workers[queue] = (worker, task)
 
     async def stream_receiver(self) -> StreamReceiver:
         await self._receiver.start()

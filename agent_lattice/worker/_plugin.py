@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pydantic
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
+from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .._errors import LatticeError
 from ..activities import AgentActivities
 from ..workflows import AgentWorkflow, TeamWorkflow
+from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._registry import AgentRegistry
 
 if TYPE_CHECKING:
@@ -69,3 +73,20 @@ class LatticePlugin(SimplePlugin):
             ),
             workflow_failure_exception_types=[LatticeError, pydantic.ValidationError],
         )
+
+
+def create_mailbox_worker(client: Client, **options: object) -> Worker:
+    """A worker for the team mailbox workflows (``create_workflow_mailbox``) of this task
+    queue namespace. Any lattice process can host them: they hold no process's objects."""
+    return Worker(
+        client,
+        task_queue=mailbox_task_queue(),
+        workflows=[TeamMailboxWorkflow],
+        # Short-lived processes (a `lattice team` command, a script) host mailboxes too: when
+        # one has gone, the next process should not wait long on its sticky queue.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+        ),
+        **options,  # type: ignore[arg-type]
+    )

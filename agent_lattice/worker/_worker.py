@@ -23,7 +23,8 @@ from temporalio.worker import Worker
 from .._agent import Agent, AgentSpec
 from .._delegation import delegation_targets
 from .._errors import ConfigurationError
-from ._plugin import LatticePlugin
+from .._team import Team
+from ._plugin import LatticePlugin, create_mailbox_worker
 
 __all__ = ["app_agents", "create_worker", "create_workers", "load_app", "resolve_agent"]
 
@@ -55,8 +56,6 @@ def load_app(app: str) -> ModuleType:
 
 
 def _as_agent(value: Any) -> Agent | None:
-    from .._team import Team
-
     if isinstance(value, Team):  # a team is served through its lead (members follow)
         return value.lead
     if isinstance(value, Agent):
@@ -84,8 +83,8 @@ def app_agents(module: ModuleType) -> dict[str, Agent]:
     return found
 
 
-def resolve_agent(target: str) -> Agent:
-    """``APP:NAME`` to a fresh Agent session."""
+def resolve_agent(target: str) -> Agent | Team:
+    """``APP:NAME`` to a fresh Agent session (a team: the app's Team, run through its lead)."""
     app, sep, name = target.rpartition(":")
     if not sep or not app or not name:
         raise ConfigurationError(
@@ -100,8 +99,8 @@ def resolve_agent(target: str) -> Agent:
         raise ConfigurationError(
             f"{app!r} has no agent named {name!r}; found: {', '.join(app_agents(module))}"
         )
-    if isinstance(value, AgentSpec):
-        return agent
+    if isinstance(value, AgentSpec | Team):
+        return value if isinstance(value, Team) else agent
     return Agent(agent.config)
 
 
@@ -113,8 +112,11 @@ def create_worker(
 
 
 def create_workers(client: Client, agents: Iterable[Agent], **options: Any) -> list[Worker]:
-    """One worker per task queue used by ``agents``."""
+    """One worker per task queue used by ``agents``, and one for the team mailboxes."""
     by_queue: dict[str, list[Agent]] = {}
     for agent in delegation_targets(list(agents)):  # delegated-to agents are served too
         by_queue.setdefault(agent.task_queue, []).append(agent)
-    return [create_worker(client, group, task_queue=q, **options) for q, group in by_queue.items()]
+    workers = [
+        create_worker(client, group, task_queue=q, **options) for q, group in by_queue.items()
+    ]
+    return [*workers, create_mailbox_worker(client, **options)]

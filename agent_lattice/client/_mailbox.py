@@ -1,0 +1,126 @@
+"""The default team mailbox: a client of one ``TeamMailboxWorkflow`` (see
+``workflows/_mailbox``). Sends are signals (the first one starts the workflow), claims and
+status changes are updates, reads are queries."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from .._errors import OptionError
+from .._mailbox import MessageStatus, TeamMailbox, TeamMessage
+from ..workflows._mailbox import (
+    MAILBOX_WORKFLOW,
+    InboxQuery,
+    MailboxState,
+    StatusChange,
+    mailbox_task_queue,
+)
+
+__all__ = ["create_workflow_mailbox"]
+
+
+class _WorkflowMailbox:
+    """A client of one ``TeamMailboxWorkflow`` (started by the first message sent)."""
+
+    def __init__(self, name: str, runtime: Any, max_history_events: int) -> None:
+        prefix = os.environ.get("LATTICE_TASK_QUEUE_PREFIX", "")
+        self.workflow_id = f"{prefix}team-mailbox-{name}"
+        self._runtime = runtime
+        self._max_history_events = max_history_events
+        # a team's default mailbox uses its lead's runtime (bound before or after create_team)
+        self.runtime_of: Any = lambda: None
+
+    async def _client(self) -> Any:
+        if activity.in_activity():  # a member's mailbox tool, in a worker
+            return activity.client()
+        from ._runtime import get_default_runtime
+
+        runtime = self._runtime or self.runtime_of() or await get_default_runtime()
+        await runtime.ensure_mailbox_worker()
+        return runtime.client
+
+    async def _handle(self) -> Any:
+        return (await self._client()).get_workflow_handle(self.workflow_id)
+
+    async def _ask(self, kind: str, name: str, arg: Any, result_type: Any, missing: Any) -> Any:
+        """A query or update of the mailbox workflow; ``missing`` when it was never started."""
+        handle = await self._handle()
+        try:
+            if kind == "query":
+                return await handle.query(name, arg, result_type=result_type)
+            return await handle.execute_update(name, arg, result_type=result_type)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return missing
+            raise
+        except WorkflowUpdateFailedError as err:  # refused by the workflow's validator
+            raise OptionError(str(err.cause.message if err.cause else err)) from None
+
+    async def send(self, message: TeamMessage) -> TeamMessage:
+        client = await self._client()
+        await client.start_workflow(
+            MAILBOX_WORKFLOW,
+            MailboxState(max_history_events=self._max_history_events),
+            id=self.workflow_id,
+            task_queue=mailbox_task_queue(),
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal="send",
+            start_signal_args=[message],
+            static_summary="team mailbox",
+        )
+        return message
+
+    async def claim_next(self, mailbox: str) -> TeamMessage | None:
+        return await self._ask("update", "claim_next", mailbox, TeamMessage | None, None)
+
+    async def get(self, message_id: str) -> TeamMessage | None:
+        return await self._ask("query", "get", message_id, TeamMessage | None, None)
+
+    async def inbox(
+        self, mailbox: str, *, status: MessageStatus | None = None
+    ) -> list[TeamMessage]:
+        query = InboxQuery(mailbox=mailbox, status=status)
+        return await self._ask("query", "inbox", query, list[TeamMessage], [])
+
+    async def thread(self, thread_id: str) -> list[TeamMessage]:
+        return await self._ask("query", "thread", thread_id, list[TeamMessage], [])
+
+    async def set_status(
+        self, message_id: str, status: MessageStatus, *, result: str | None = None
+    ) -> TeamMessage:
+        change = StatusChange(message_id=message_id, status=status, result=result)
+        changed = await self._ask("update", "set_status", change, TeamMessage, None)
+        if changed is None:
+            raise OptionError(f"no message {message_id!r} in this mailbox")
+        return changed
+
+
+def create_workflow_mailbox(
+    name: str, *, runtime: Any = None, max_history_events: int = 2000
+) -> TeamMailbox:
+    """A mailbox kept by a Temporal workflow (``team-mailbox-<name>``), durable and shared
+    by every process of the namespace; a team's default is the one named after the team.
+    Sends are signals, ``claim_next``/``set_status`` updates, reads queries. ``runtime``:
+    where to reach Temporal (default: the process runtime; a worker's own client inside
+    a tool)."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise OptionError(
+            "create_workflow_mailbox(): name must contain only letters, digits, '_', '.', ':' "
+            f"or '-'; got {name!r}"
+        )
+    if not isinstance(max_history_events, int) or max_history_events < 10:
+        raise OptionError(
+            "create_workflow_mailbox(): max_history_events must be an integer of at least 10; "
+            f"got {max_history_events!r}"
+        )
+    return _WorkflowMailbox(name, runtime, max_history_events)
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")

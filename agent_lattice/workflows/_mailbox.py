@@ -1,0 +1,133 @@
+"""TeamMailboxWorkflow: a team's mailbox kept by Temporal (the default team mailbox).
+
+One long-lived workflow per mailbox store holds the messages. Messages arrive as ``send``
+signals (tasks, replies and follow-ups alike); ``claim_next`` and ``set_status`` are updates,
+so a claim is atomic and its caller gets the claimed message (or the refusal) back; ``get``,
+``inbox`` and ``thread`` are queries. The workflow runs no activities and holds nothing of
+any one process, so every lattice worker can host it (see ``MAILBOX_TASK_QUEUE``).
+
+It continues as new when its history grows past ``max_history_events`` (or Temporal suggests
+it), carrying every open message and the newest ``keep_finished`` finished ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMessage
+
+MAILBOX_WORKFLOW = "TeamMailboxWorkflow"
+
+
+def mailbox_task_queue() -> str:
+    """Where mailbox workflows run: one queue every lattice worker polls (the workflow holds
+    nothing of any one process)."""
+    return f"{os.environ.get('LATTICE_TASK_QUEUE_PREFIX', '')}lattice.mailboxes"
+
+
+class MailboxState(BaseModel):
+    """The mailbox as one run hands it to the next (and its limits)."""
+
+    messages: list[TeamMessage] = Field(default_factory=list)
+    max_history_events: int = 2000
+    keep_finished: int = 1000
+
+
+class StatusChange(BaseModel):
+    message_id: str
+    status: MessageStatus
+    result: str | None = None
+
+
+class InboxQuery(BaseModel):
+    mailbox: str
+    status: MessageStatus | None = None
+
+
+@workflow.defn(name=MAILBOX_WORKFLOW)
+class TeamMailboxWorkflow:
+    @workflow.init
+    def __init__(self, state: MailboxState) -> None:
+        self._state = state
+        self._messages = {m.id: m for m in state.messages}  # insertion order: oldest first
+
+    @workflow.signal
+    def send(self, message: TeamMessage) -> None:
+        # a sender retried after a lost answer sends the same message again: keep the first
+        self._messages.setdefault(message.id, message)
+
+    @workflow.update
+    def claim_next(self, mailbox: str) -> TeamMessage | None:
+        for message in self._messages.values():
+            if message.to_mailbox == mailbox and message.status == "pending":
+                return self._change(message, "processing", None)
+        return None
+
+    @workflow.update
+    def set_status(self, change: StatusChange) -> TeamMessage:
+        return self._change(self._messages[change.message_id], change.status, change.result)
+
+    @set_status.validator
+    def _check_status(self, change: StatusChange) -> None:
+        # a refused change leaves no trace in the history
+        current = self._messages.get(change.message_id)
+        if current is None:
+            raise ValueError(f"no message {change.message_id!r} in this mailbox")
+        if current.status in FINAL_STATUSES:
+            raise ValueError(
+                f"message {current.id} is already {current.status}; it cannot become "
+                f"{change.status}"
+            )
+
+    @workflow.query
+    def get(self, message_id: str) -> TeamMessage | None:
+        return self._messages.get(message_id)
+
+    @workflow.query
+    def inbox(self, query: InboxQuery) -> list[TeamMessage]:
+        return [
+            m
+            for m in self._messages.values()
+            if m.to_mailbox == query.mailbox and (query.status is None or m.status == query.status)
+        ]
+
+    @workflow.query
+    def thread(self, thread_id: str) -> list[TeamMessage]:
+        return [m for m in self._messages.values() if m.thread_id == thread_id]
+
+    @workflow.run
+    async def run(self, state: MailboxState) -> None:
+        info = workflow.info()
+        await workflow.wait_condition(
+            lambda: (
+                info.is_continue_as_new_suggested()
+                or info.get_current_history_length() >= state.max_history_events
+            )
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            state.model_copy(update={"messages": self._carried(state.keep_finished)})
+        )
+
+    def _change(
+        self, message: TeamMessage, status: MessageStatus, result: str | None
+    ) -> TeamMessage:
+        changed = message.model_copy(
+            update={
+                "status": status,
+                "result": result if result is not None else message.result,
+                "updated_at": workflow.now().timestamp(),
+            }
+        )
+        self._messages[message.id] = changed
+        return changed
+
+    def _carried(self, keep_finished: int) -> list[TeamMessage]:
+        """Every open message, and the newest ``keep_finished`` finished ones, in order."""
+        finished = [m.id for m in self._messages.values() if m.status in FINAL_STATUSES]
+        dropped = set(finished[: max(0, len(finished) - keep_finished)])
+        return [m for m in self._messages.values() if m.id not in dropped]
