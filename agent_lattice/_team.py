@@ -228,17 +228,29 @@ def create_team(**options: Any) -> Team:
         max_concurrent_work_items=limit,
     )
     lead._team = team  # the worker finds the team's mailbox through its lead
-    tools = [member_tool(name, m) for m in members]
+    # members that can take tools get their mailbox tools: a session now, a spec in every
+    # session it spawns (before the lead's member tools capture the targets)
+    team.members = tuple(_with_mailbox_tools(team, m) for m in members)
+    tools = [member_tool(name, m) for m in team.members]
     if options.get("expose_lead_mailbox_tools"):
         tools += mailbox_tools(team, "lead")
     lead.config = dataclasses.replace(lead.config, tools=(*lead.config.tools, *tools))
-    for m in members:  # members that can take tools get their mailbox tools
-        if isinstance(m.agent, Agent) and not any(t.name == "team_reply" for t in m.agent.tools):
-            extra = mailbox_tools(team, m.name)
-            m.agent.config = dataclasses.replace(
-                m.agent.config, tools=(*m.agent.config.tools, *extra)
-            )
     return team
+
+
+def _with_mailbox_tools(team: Team, member: TeamMember) -> TeamMember:
+    from ._agent import Agent, AgentSpec
+
+    agent = member.agent
+    if isinstance(agent, Agent) and agent.tool("team_reply") is None:
+        extra = mailbox_tools(team, member.name)
+        agent.config = dataclasses.replace(agent.config, tools=(*agent.config.tools, *extra))
+    elif isinstance(agent, AgentSpec):
+        own = list(agent.options.get("tools") or [])
+        if not any(getattr(t, "name", None) == "team_reply" for t in own):
+            extra = mailbox_tools(team, member.name)
+            agent = AgentSpec({**agent.options, "tools": [*own, *extra]})
+    return dataclasses.replace(member, agent=agent)
 
 
 # -- the mailbox side: send, drain, and the members' mailbox tools ------------------------

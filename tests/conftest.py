@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import asyncio
+
 import hypothesis  # noqa: F401 - imported before any thread starts (see below)
 import pytest
 from pydantic import BaseModel
 
-from agent_lattice import ToolResult, create_bare_agent, tool
+from agent_lattice import ResultMessage, ToolResult, create_bare_agent, tool
 from agent_lattice.testing import FakeAnthropicServer
 
 pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
@@ -80,3 +82,27 @@ async def child_ids(client, workflow_id: str) -> list[str]:
         for e in history.events
         if e.HasField("start_child_workflow_execution_initiated_event_attributes")
     ]
+
+
+class HostMember:
+    """A host AgentLike (not an Agent): answers ``host did: <prompt>`` after ``delay``."""
+
+    def __init__(self, delay: float = 0.05) -> None:
+        self.prompts: list[str] = []
+        self.cancelled = asyncio.Event()
+        self.delay = delay
+
+    def query(self, prompt, **options):
+        raise NotImplementedError
+
+    async def prompt(self, prompt, **options) -> ResultMessage:
+        self.prompts.append(prompt)
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return ResultMessage(subtype="success", result=f"host did: {prompt}", session_id="h")
+
+    def interrupt(self) -> bool:
+        return False

@@ -6,10 +6,17 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from agent_lattice import LatticePlugin, ResultMessage, StreamEventMessage
-from agent_lattice.testing import Script, error, slow, text, tool_use
+from agent_lattice import (
+    LatticePlugin,
+    ResultMessage,
+    StreamEventMessage,
+    create_bare_agent,
+    create_team,
+    team_member,
+)
+from agent_lattice.testing import Script, error, message, slow, text, tool_use, tool_use_block
 
-from conftest import API_KEY, HISTORIES, keep_history, make_calculator
+from conftest import API_KEY, HISTORIES, HostMember, keep_history, make_calculator
 
 
 def replayer() -> Replayer:
@@ -68,6 +75,69 @@ async def test_committed_histories_replay(path):
     assert API_KEY not in path.read_text()
 
 
+async def test_team_histories_replay(fake_anthropic, lattice_runtime):
+    """A team run (handoffs to an agent and to a host AgentLike, reports, an ask) and its
+    mailbox workflow (signals, updates) replay deterministically."""
+
+    def handle(request):
+        if "You are lead." not in (request.system or ""):
+            prompt = request.messages[-1]["content"]
+            if isinstance(prompt, str) and "message_id: " in prompt:  # a drained message
+                message_id = prompt.split("message_id: ")[1].split("\n")[0]
+                return tool_use("team_reply", {"message_id": message_id, "body": "replied"})
+            return text("member done")
+        if len(request.messages) == 1:
+            return message(
+                [
+                    tool_use_block("member", {"mode": "handoff", "task": "a"}),
+                    tool_use_block("host", {"mode": "handoff", "task": "b"}),
+                ],
+                stop_reason="tool_use",
+            )
+        if len(request.messages) == 3:
+            return tool_use("member", {"mode": "ask", "task": "c"})
+        return text("lead done")
+
+    fake_anthropic.set_handler(handle)
+
+    def bare(name):
+        return create_bare_agent(
+            api_key=API_KEY,
+            base_url=fake_anthropic.base_url,
+            model="claude-test",
+            name=name,
+            system_prompt=f"You are {name}.",
+        )
+
+    team = create_team(
+        name="replayed",
+        lead=bare("lead"),
+        members=[
+            team_member(name="member", agent=bare("member")),
+            team_member(name="host", agent=HostMember(delay=0)),
+        ],
+        runner={"max_concurrent_work_items": 2},
+    )
+    result = await team.prompt("go")
+    assert result.result == "lead done"
+    await team.send("member", "please reply", from_="lead")
+    assert not (await team.drain()).failed
+    lead_run = result.workflow_id
+    histories = {
+        "team_run": await keep_history(
+            lattice_runtime, f"team-replayed-{lead_run.removeprefix('lead-')}", "team_run"
+        ),
+        "team_lead": await keep_history(lattice_runtime, lead_run, "team_lead"),
+        "team_mailbox": await keep_history(
+            lattice_runtime, team.mailbox.workflow_id, "team_mailbox"
+        ),
+    }
+    for name, history in histories.items():
+        await replayer().replay_workflow(history)
+        assert API_KEY not in history.to_json(), name
+
+
 def test_histories_are_committed():
     names = {p.stem for p in HISTORIES.glob("*.json")}
     assert {"tool_loop", "interrupt", "api_error", "crash_mid_tool", "crash_mid_stream"} <= names
+    assert {"team_run", "team_lead", "team_mailbox"} <= names

@@ -31,7 +31,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import API_KEY, by_agent, child_ids
+from conftest import API_KEY, HostMember, by_agent, child_ids
 
 
 def agent(fake, name: str, **options):
@@ -421,6 +421,107 @@ async def test_send_and_drain_with_member_mailbox_tools(
     assert diagnostic.kind == "followup" and diagnostic.reply_to == ignored.id
     assert (await team.drain()).processed == []  # nothing pending: nothing re-routed
     assert await mailbox.claim_next("engineering::researcher") is None
+
+
+async def test_a_host_agentlike_member_takes_handoffs(fake_anthropic, lattice_runtime):
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return message(
+                [
+                    tool_use_block("host", {"mode": "handoff", "task": "index the repo"}),
+                    tool_use_block("writer", {"mode": "handoff", "task": "draft notes"}),
+                ],
+                stop_reason="tool_use",
+            )
+        if len(request.messages) == 3:
+            return tool_use("host", {"mode": "ask", "task": "one more"})
+        return text("all reported")
+
+    fake_anthropic.set_handler(by_agent(lead=lead, writer=lambda r: text("notes drafted")))
+    host = HostMember()
+    team = create_team(
+        name="mixed",
+        lead=agent(fake_anthropic, "lead"),
+        members=[
+            team_member(name="host", agent=host),
+            team_member(name="writer", agent=agent(fake_anthropic, "writer")),
+        ],
+        runner={"max_concurrent_work_items": 2},
+    )
+
+    stream = await collect(team.query("go"))
+
+    assert stream[-1].result == "all reported"
+    to_lead = [r for r in fake_anthropic.requests if "You are lead." in (r.system or "")]
+    receipts = [json.loads(r["content"]) for r in to_lead[1].tool_results]
+    assert [r["phase"] for r in receipts] == ["queued", "queued"]
+    reports = to_lead[1].messages[-1]["content"][-1]["text"]
+    assert reports.index("host did: index the repo") < reports.index("notes drafted")
+    assert host.prompts == ["index the repo", "one more"]  # the handoff, then an ask
+    agents = [(e.member, e.event) for e in stream if isinstance(e, TeamAgentEvent)]
+    assert ("host", "started") in agents and ("host", "finished") in agents
+    (task,) = await team.mailbox.inbox("mixed::host")
+    assert task.status == "done" and task.result == "host did: index the repo"
+
+
+async def test_a_stop_cancels_a_host_member_s_work(fake_anthropic, lattice_runtime):
+    fake_anthropic.set_handler(
+        by_agent(lead=lambda r: tool_use("host", {"mode": "handoff", "task": "long job"}))
+    )
+    host = HostMember(delay=60)
+    team = create_team(
+        name="stopped",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="host", agent=host)],
+    )
+
+    result = await asyncio.wait_for(team.prompt("go", timeout=2), 40)
+
+    assert result.subtype == "error_abort"
+    await asyncio.wait_for(host.cancelled.wait(), 10)  # the host's prompt() was cancelled
+    (task,) = await team.mailbox.inbox("stopped::host")
+    assert task.status in ("cancelled", "processing")
+
+
+async def test_a_spec_member_gets_mailbox_tools_in_every_session(fake_anthropic, lattice_runtime):
+    sessions: list[list[str]] = []
+
+    def reviewer(request: RecordedRequest) -> Reply:
+        prompt = request.messages[-1]["content"]
+        if not isinstance(prompt, str):
+            return text("replied")
+        sessions.append([t["name"] for t in request.body.get("tools", [])])
+        assert len(request.messages) == 1  # a fresh session: no earlier drain in its history
+        message_id = prompt.split("message_id: ")[1].split("\n")[0]
+        return tool_use("team_reply", {"message_id": message_id, "body": "ok: " + message_id})
+
+    fake_anthropic.set_handler(by_agent(lead=lambda r: text("unused"), reviewer=reviewer))
+    spec = define_agent(
+        api_key=API_KEY,
+        base_url=fake_anthropic.base_url,
+        model="claude-test",
+        name="reviewer",
+        system_prompt="You are reviewer.",
+        workspace=False,
+    )
+    team = create_team(
+        name="review",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="reviewer", agent=spec)],
+    )
+    first = await team.send("reviewer", "review A", from_="lead")
+    second = await team.send("reviewer", "review B", from_="lead")
+
+    drained = await team.drain()
+
+    assert [m.id for m in drained.processed] == [first.id, second.id] and not drained.failed
+    assert len(sessions) == 2 and all({"team_reply", "team_inbox"} <= set(s) for s in sessions)
+    replies = await team.mailbox.inbox("review::lead")
+    assert [(m.kind, m.body) for m in replies] == [
+        ("reply", f"ok: {first.id}"),
+        ("reply", f"ok: {second.id}"),
+    ]
+    assert "tools" not in spec.options  # the caller's spec is left as it was
 
 
 @pytest.mark.parametrize("backend", ["workflow", "sqlite"])

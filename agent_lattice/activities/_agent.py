@@ -21,7 +21,7 @@ from .._delegation import Delegation
 from .._hooks import ModelRequestContext, ToolResultContext
 from .._loop import text_of
 from .._mailbox import mailbox_id
-from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock, Usage
+from .._messages import ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlock, Usage
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
@@ -354,14 +354,15 @@ class AgentActivities:
         delegation = _delegation_of(lead, handoff.tool_name)
         if handoff.child is not None:  # it started: the member's session is free again
             await self._absorb(delegation, output)
-        if output is None:
+        finished = output.result if output is not None else input.adapter_result
+        if finished is None:
             status = "cancelled" if input.cancelled else "failed"
             content = f"agent {handoff.member!r} could not run: {input.error}"
         else:
-            result = delegation.result_of(output.result)
+            result = delegation.result_of(finished)
             content = text_of(result.content)
             status = "failed" if result.is_error else "completed"
-            if output.result.subtype in ("interrupted", "error_abort"):
+            if finished.subtype in ("interrupted", "error_abort"):
                 status = "cancelled"
         return Report(
             tool_use_id=handoff.tool_use_id,
@@ -369,9 +370,19 @@ class AgentActivities:
             message_id=handoff.message_id,
             status=status,
             content=content,
+            # a host AgentLike's usage is its own business: only agent runs are rolled up
             usage=output.result.usage if output else Usage(),
             usage_by_agent=output.result.usage_by_agent if output else {},
         )
+
+    @activity.defn(name="lattice.team_adapter")
+    async def team_adapter(self, handoff: Handoff) -> ResultMessage:
+        """A handoff to a host AgentLike member: its ``prompt()`` runs here, heartbeating (an
+        activity of the TeamWorkflow; cancelling it cancels the call)."""
+        lead = self._agent(handoff.lead_key, handoff.lead_session_id)
+        target = _delegation_of(lead, handoff.tool_name).target
+        async with _heartbeating(), _quiet_when_abandoned():
+            return await target.prompt(handoff.task)
 
     @activity.defn(name="lattice.team_mailbox")
     async def team_mailbox(self, input: MailboxMirrorInput) -> None:
@@ -452,6 +463,8 @@ class AgentActivities:
         activity of the TeamWorkflow; a member busy with an ``ask`` is waited for)."""
         lead = self._agent(handoff.lead_key, handoff.lead_session_id)
         delegation = _delegation_of(lead, handoff.tool_name)
+        if delegation.kind == "adapter":  # a host AgentLike: lattice.team_adapter runs it
+            return handoff.model_copy(update={"adapter": True})
         started = await self._start_child(
             delegation,
             handoff.task,

@@ -53,7 +53,8 @@ class LatticePlugin(SimplePlugin):
         super().__init__(
             "agent-lattice",
             data_converter=pydantic_data_converter,
-            workflows=[AgentWorkflow, TeamWorkflow] if activities else None,
+            # the mailbox workflow too, so a Replayer with this plugin replays it
+            workflows=[AgentWorkflow, TeamWorkflow, TeamMailboxWorkflow] if activities else None,
             activities=[
                 activities.model_request,
                 activities.tool_call,
@@ -61,6 +62,7 @@ class LatticePlugin(SimplePlugin):
                 activities.delegate_prepare,
                 activities.delegate_finish,
                 activities.team_start,
+                activities.team_adapter,
                 activities.team_report,
                 activities.team_mailbox,
                 activities.tool_result_hooks,

@@ -481,7 +481,10 @@ class AgentWorkflow:
     async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
         if self._aborted:  # queued calls do not start after an abort
             return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
-        if use.name in self._input.agent.delegates:
+        agent = self._input.agent
+        if use.name in agent.delegates or (
+            use.name in agent.member_adapters and use.input.get("mode") == "handoff"
+        ):
             return await self._call_child(use)
         task = asyncio.ensure_future(self._call_tool_activity(use))
         self._tool_calls.add(task)

@@ -36,6 +36,13 @@ def agent_ref(agent: Agent) -> AgentRef:
             for t in config.tools
             if t.delegation is not None and t.delegation.kind != "adapter"
         ],
+        member_adapters=[
+            t.name
+            for t in config.tools
+            if t.delegation is not None
+            and t.delegation.kind == "adapter"
+            and t.delegation.team is not None
+        ],
     )
 
 

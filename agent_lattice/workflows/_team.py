@@ -18,10 +18,11 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from .._mailbox import TeamMessage
-    from .._messages import TeamAgentEvent, TeamMessageEvent
+    from .._messages import ResultMessage, TeamAgentEvent, TeamMessageEvent
     from ._children import signal_quietly, start_query
     from ._types import (
         AgentRunOutput,
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
 TEAM_REPORT_ACTIVITY = "lattice.team_report"
 TEAM_MAILBOX_ACTIVITY = "lattice.team_mailbox"
 TEAM_START_ACTIVITY = "lattice.team_start"
+TEAM_ADAPTER_ACTIVITY = "lattice.team_adapter"
 
 
 @workflow.defn(name="TeamWorkflow")
@@ -46,6 +48,7 @@ class TeamWorkflow:
         self._messages: dict[str, TeamMessage] = {}
         self._busy: set[str] = set()  # member mailboxes with a work item running
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
+        self._adapters: dict[str, workflow.ActivityHandle[ResultMessage]] = {}  # host AgentLike
         self._lead: workflow.ChildWorkflowHandle[Any, AgentRunOutput] | None = None
         self._stopping: str | None = None  # "interrupt" or "abort" once asked
         self._last_send: asyncio.Future[None] | None = None
@@ -111,6 +114,8 @@ class TeamWorkflow:
             self._forward(self._lead, how)
         for handle in self._running.values():
             self._forward(handle, how)
+        for call in self._adapters.values():
+            call.cancel()  # the activity is cancelled; the host's prompt() with it
 
     def _forward(
         self, handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput], name: str
@@ -136,6 +141,7 @@ class TeamWorkflow:
     async def _work(self, handoff: Handoff) -> None:
         """One work item: the member's query as a child workflow, then its report."""
         output: AgentRunOutput | None = None
+        adapter_result: ResultMessage | None = None
         error: str | None = None
         cancelled = False
         self._set_status(handoff.message_id, "processing")
@@ -157,6 +163,8 @@ class TeamWorkflow:
             if self._stopping is not None:
                 error = f"the team run was stopped ({self._stopping}) before this work started"
                 cancelled = True
+            elif handoff.adapter:
+                adapter_result = await self._run_adapter(handoff)
             else:
                 assert handoff.child is not None
                 child_input = handoff.child.model_copy(
@@ -176,11 +184,19 @@ class TeamWorkflow:
                 output = await handle
         except (ChildWorkflowError, ActivityError, ApplicationError) as err:
             error = str(err.cause or err)
+            cancelled = self._stopping is not None and handoff.adapter
         finally:
             self._running.pop(handoff.work_item_id, None)
+            self._adapters.pop(handoff.work_item_id, None)
         report: Report = await workflow.execute_local_activity(
             TEAM_REPORT_ACTIVITY,
-            TeamReportInput(handoff=handoff, output=output, error=error, cancelled=cancelled),
+            TeamReportInput(
+                handoff=handoff,
+                output=output,
+                adapter_result=adapter_result,
+                error=error,
+                cancelled=cancelled,
+            ),
             result_type=Report,
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(non_retryable_error_types=["AgentNotRegistered"]),
@@ -190,12 +206,34 @@ class TeamWorkflow:
         status = {"completed": "done", "failed": "failed", "cancelled": "cancelled"}[report.status]
         self._set_status(handoff.message_id, status, report.content)
         await self._mirror(handoff)
-        if output is not None:
-            self._event_agent(handoff, "finished", output.result.subtype)
+        finished = output.result if output is not None else adapter_result
+        if finished is not None:
+            self._event_agent(handoff, "finished", finished.subtype)
         self._event_message(handoff, report.status, report.content)
         sent = self._to_lead("report", report)
         if sent is not None:
             await sent
+
+    async def _run_adapter(self, handoff: Handoff) -> ResultMessage:
+        """A host AgentLike member's work: its ``prompt()`` in a heartbeating activity (run
+        once; a run-wide stop cancels it)."""
+        s = self._input.lead.settings
+        call = workflow.start_activity(
+            TEAM_ADAPTER_ACTIVITY,
+            handoff,
+            result_type=ResultMessage,
+            start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
+            heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        self._adapters[handoff.work_item_id] = call
+        self._event_agent(handoff, "started", None)
+        try:
+            return await call
+        except asyncio.CancelledError:  # cancelled by a run-wide stop (see _stop)
+            raise ApplicationError(f"the team run was stopped ({self._stopping})") from None
 
     async def _mirror(self, handoff: Handoff) -> None:
         """Best effort: the team's own mailbox backend shows the runtime's work too."""

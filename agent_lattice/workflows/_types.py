@@ -73,6 +73,9 @@ class AgentRef(BaseModel):
     # agent tools whose calls run as child workflows (agent_tool()/delegate_tool() on an Agent
     # session or an AgentSpec)
     delegates: list[str] = Field(default_factory=list)
+    # team member tools whose target is a host AgentLike: their handoffs go to the team
+    # runtime (through the delegation activities); their asks run as tool activities
+    member_adapters: list[str] = Field(default_factory=list)
 
 
 class ActivitySettings(BaseModel):
@@ -281,6 +284,8 @@ class Handoff(BaseModel):
     task_queue: str | None = None
     # the member is a team: its TeamWorkflow runs the work (``child`` is its lead's query)
     team_child: TeamRunInput | None = None
+    # the member is a host AgentLike: an activity runs the work (no child workflow)
+    adapter: bool = False
 
 
 class Report(BaseModel):
@@ -306,6 +311,7 @@ class MailboxMirrorInput(BaseModel):
 class TeamReportInput(BaseModel):
     handoff: Handoff
     output: AgentRunOutput | None = None
+    adapter_result: ResultMessage | None = None  # what a host AgentLike member answered
     error: str | None = None
     cancelled: bool = False  # the run stopped before this work started
 
