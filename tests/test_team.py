@@ -283,6 +283,11 @@ async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
     assert messages[-1].subtype == "interrupted"
     ended = [e.event for e in messages if isinstance(e, TeamMessageEvent) and e.event != "sent"]
     assert ended == ["cancelled"]  # the handed-off work was interrupted, not waited out
+    # both calls are messages of the member's mailbox: the ask answered, the handoff stopped
+    asked, handed = await team.mailbox.inbox("lab::researcher")
+    assert (asked.metadata["mode"], asked.status, asked.result) == ("ask", "done", "checked")
+    assert asked.from_mailbox == "lab::lead" and asked.body.startswith("quick check")
+    assert handed.body.startswith("long job") and handed.status == "cancelled"
 
 
 async def test_handoff_grants_are_checked_recorded_and_enforced(

@@ -20,7 +20,7 @@ from .._compaction import compacted_history, cut_point, summary_request
 from .._delegation import Delegation
 from .._hooks import ModelRequestContext, ToolResultContext
 from .._loop import text_of
-from .._mailbox import mailbox_id
+from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
 from .._messages import ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlock, Usage
 from .._skills import skills_prompt
 from .._streaming import StreamSender
@@ -297,13 +297,25 @@ class AgentActivities:
             if isinstance(started, ToolResult):
                 return await refuse(started)
             child_input, workflow_id, queue, team_child = started
+            if delegation.team is not None and delegation.member is not None:
+                await _record_ask(
+                    parent,
+                    TeamMessage(
+                        id=_message_id(f"{info.workflow_id}/{use.id}"),
+                        from_mailbox=mailbox_id(delegation.team, "lead"),
+                        to_mailbox=mailbox_id(delegation.team, delegation.member),
+                        body=prompt if isinstance(prompt, str) else json.dumps(prompt),
+                        status="processing",
+                        metadata={"mode": "ask", "tool_use_id": use.id, "workspace_grants": grants},
+                    ),
+                )
             return DelegatePrepared(
                 child=child_input, workflow_id=workflow_id, task_queue=queue, team_child=team_child
             )
         assert delegation.team is not None and delegation.member is not None
         seed = f"{info.workflow_id}/{use.id}"
         ids = {
-            "message_id": f"msg_{uuid.uuid5(_DELEGATION_NS, seed + '/m').hex[:20]}",
+            "message_id": _message_id(seed),
             "work_item_id": f"wi_{uuid.uuid5(_DELEGATION_NS, seed + '/w').hex[:20]}",
         }
         ids["thread_id"] = ids["message_id"]
@@ -389,19 +401,8 @@ class AgentActivities:
         """Write the runtime's view of one message to the team's mailbox backend (claimed
         work shows as ``processing`` there, so a host's drain never takes it twice)."""
         lead = self._agent(input.lead_key, input.lead_session_id)
-        team = lead._team
-        if team is None:
-            return
-        message = input.message
-        stored = await team.mailbox.get(message.id)
-        if stored is None:
-            await team.mailbox.send(message)
-        elif stored.status != message.status and stored.status not in (
-            "done",
-            "failed",
-            "cancelled",
-        ):
-            await team.mailbox.set_status(message.id, message.status, result=message.result)
+        if lead._team is not None:
+            await _mirror(lead._team.mailbox, input.message)
 
     async def _start_child(
         self,
@@ -502,6 +503,10 @@ class AgentActivities:
             )
         else:
             result = delegation.result_of(output.result)
+        if delegation.team is not None:  # an ask to a team member: its mailbox message ends
+            finished = "failed" if result.is_error else "done"
+            message_id = _message_id(f"{activity.info().workflow_id}/{use.id}")
+            await _record_ask(parent, message_id, finished, text_of(result.content))
         return await self._settle(parent, use, result, tracer)
 
     @activity.defn(name="lattice.tool_result_hooks")
@@ -527,6 +532,46 @@ class AgentActivities:
 
 
 _DELEGATION_NS = uuid.UUID("2f1d3c4e-8b7a-4c55-9e0f-1a2b3c4d5e6f")
+
+
+def _message_id(seed: str) -> str:
+    """The mailbox message of one member tool call (``seed``: workflow id / tool use id)."""
+    return f"msg_{uuid.uuid5(_DELEGATION_NS, seed + '/m').hex[:20]}"
+
+
+async def _mirror(mailbox: TeamMailbox, message: TeamMessage) -> None:
+    """The runtime's view of a message into the team's mailbox: sent once (a retried
+    activity finds it there), then its status moved on unless it is already final."""
+    stored = await mailbox.get(message.id)
+    if stored is None:
+        await mailbox.send(message)
+    elif stored.status != message.status and stored.status not in FINAL_STATUSES:
+        await mailbox.set_status(message.id, message.status, result=message.result)
+
+
+async def _record_ask(
+    lead: Agent,
+    message: TeamMessage | str,
+    status: MessageStatus | None = None,
+    result: str | None = None,
+) -> None:
+    """An ``ask`` to a team member as a mailbox message: sent as ``processing`` when the
+    member starts, then ``done``/``failed`` (by id) with its answer. Best effort: the answer
+    reaches the lead even when the mailbox cannot be written."""
+    team = lead._team
+    if team is None:
+        return
+    try:
+        if isinstance(message, TeamMessage):
+            await _mirror(team.mailbox, message)
+            return
+        stored = await team.mailbox.get(message)
+        if stored is not None and status is not None:
+            await _mirror(
+                team.mailbox, stored.model_copy(update={"status": status, "result": result})
+            )
+    except Exception as err:
+        activity.logger.warning("team mailbox not updated for ask %s: %s", message, err)
 
 
 class _Delegated:
