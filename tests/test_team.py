@@ -290,6 +290,33 @@ async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
     assert handed.body.startswith("long job") and handed.status == "cancelled"
 
 
+async def test_routing_loops_are_allowed_and_max_turns_bounds_them(fake_anthropic, lattice_runtime):
+    """Seeds, "Routing loops": manager -> member -> manager -> the same member is normal flow;
+    max_turns is the control."""
+    asks: list[str] = []
+
+    def lead(request: RecordedRequest) -> Reply:
+        turn = (len(request.messages) + 1) // 2
+        return tool_use("member", {"mode": "handoff", "task": f"round {turn}"})
+
+    def member(request: RecordedRequest) -> Reply:
+        asks.append(request.messages[-1]["content"])
+        return text("need more context from the manager")
+
+    fake_anthropic.set_handler(by_agent(lead=lead, member=member))
+    team = create_team(
+        name="loop",
+        lead=agent(fake_anthropic, "lead", max_turns=3),
+        members=[team_member(name="member", agent=agent(fake_anthropic, "member"))],
+    )
+
+    result = await team.prompt("go")
+
+    assert result.subtype == "error_max_turns"
+    assert [a.split("\n")[0] for a in asks] == ["round 1", "round 2", "round 3"]
+    assert [m.status for m in await team.mailbox.inbox("loop::member")] == ["done"] * 3
+
+
 async def test_handoff_grants_are_checked_recorded_and_enforced(
     fake_anthropic, lattice_runtime, tmp_path
 ):
