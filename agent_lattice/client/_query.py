@@ -368,7 +368,7 @@ def _has_stream(item: Any) -> bool:
     return (
         isinstance(item, TeamAgentEvent)
         and item.event == "started"
-        and item.workflow_id is not None
+        and bool(item.workflow_id)  # a host AgentLike member's work has no workflow
         and (not item.workflow_id.startswith("team-") or item.lead_workflow_id is not None)
     )
 
