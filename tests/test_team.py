@@ -290,6 +290,35 @@ async def test_ask_runs_the_member_now_and_interrupt_reaches_handoffs(
     assert handed.body.startswith("long job") and handed.status == "cancelled"
 
 
+async def test_a_member_s_team_reply_is_its_report(fake_anthropic, lattice_runtime):
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return tool_use("analyst", {"mode": "handoff", "task": "size the market"})
+        return text("lead read: " + request.messages[-1]["content"][-1]["text"])
+
+    def analyst(request: RecordedRequest) -> Reply:
+        prompt = request.messages[-1]["content"]
+        if isinstance(prompt, str):  # the task names its message, so the member can reply
+            message_id = prompt.split("message_id ")[1].split(" ")[0]
+            return tool_use("team_reply", {"message_id": message_id, "body": "about 4 billion"})
+        return text("ok")  # its final text, after replying
+
+    fake_anthropic.set_handler(by_agent(lead=lead, analyst=analyst))
+    team = create_team(
+        name="biz",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="analyst", agent=agent(fake_anthropic, "analyst"))],
+    )
+
+    result = await team.prompt("How big is the market?")
+
+    assert "about 4 billion" in result.result and "\nok" not in result.result
+    (reply,) = await team.mailbox.inbox("biz::lead")
+    assert reply.kind == "reply" and reply.status == "done"  # delivered: nothing left pending
+    (task,) = await team.mailbox.inbox("biz::analyst")
+    assert task.status == "done" and task.result == "about 4 billion"
+
+
 async def test_routing_loops_are_allowed_and_max_turns_bounds_them(fake_anthropic, lattice_runtime):
     """Seeds, "Routing loops": manager -> member -> manager -> the same member is normal flow;
     max_turns is the control."""

@@ -372,7 +372,8 @@ class AgentActivities:
             content = f"agent {handoff.member!r} could not run: {input.error}"
         else:
             result = delegation.result_of(finished)
-            content = text_of(result.content)
+            # the member's team_reply to this message, when it sent one, is its report
+            content = await _reply_to(lead, handoff) or text_of(result.content)
             status = "failed" if result.is_error else "completed"
             if finished.subtype in ("interrupted", "error_abort"):
                 status = "cancelled"
@@ -466,9 +467,16 @@ class AgentActivities:
         delegation = _delegation_of(lead, handoff.tool_name)
         if delegation.kind == "adapter":  # a host AgentLike: lattice.team_adapter runs it
             return handoff.model_copy(update={"adapter": True})
+        task = handoff.task
+        if delegation.inner_team is None and _has_mailbox_tools(delegation):
+            task += (
+                f"\n\n[team {handoff.team} · message_id {handoff.message_id} from "
+                f"{handoff.from_mailbox}] Your final answer is your report; you may instead "
+                "send it with team_reply."
+            )
         started = await self._start_child(
             delegation,
-            handoff.task,
+            task,
             seed=f"{handoff.lead_workflow_id}/{handoff.tool_use_id}",
             queue=activity.info().task_queue,
             context=handoff.context,
@@ -547,6 +555,38 @@ async def _mirror(mailbox: TeamMailbox, message: TeamMessage) -> None:
         await mailbox.send(message)
     elif stored.status != message.status and stored.status not in FINAL_STATUSES:
         await mailbox.set_status(message.id, message.status, result=message.result)
+
+
+def _has_mailbox_tools(delegation: Delegation) -> bool:
+    if delegation.kind == "session":
+        return delegation.target.tool("team_reply") is not None
+    if delegation.kind == "spec":
+        tools = delegation.target.options.get("tools") or []
+        return any(getattr(t, "name", None) == "team_reply" for t in tools)
+    return False
+
+
+async def _reply_to(lead: Agent, handoff: Handoff) -> str | None:
+    """The body of the member's ``team_reply`` to a handoff (the last, if several); it is
+    delivered to the lead as the report, so it leaves the lead's mailbox as ``done``."""
+    if lead._team is None:
+        return None
+    mailbox = lead._team.mailbox
+    try:
+        replies = [
+            m
+            for m in await mailbox.thread(handoff.thread_id)
+            if m.kind == "reply" and m.reply_to == handoff.message_id
+        ]
+        if not replies:
+            return None
+        for reply in replies:
+            if reply.status == "pending":
+                await mailbox.set_status(reply.id, "done", result="delivered to the lead")
+        return replies[-1].body
+    except Exception as err:
+        activity.logger.warning("team mailbox not read for %s: %s", handoff.message_id, err)
+        return None
 
 
 async def _record_ask(
