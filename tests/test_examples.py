@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,10 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
 }
 
 
+# Examples mostly wait (on the server, on their fake model): a few run side by side.
+AT_ONCE = 3
+
+
 @pytest.mark.timeout(300)
 def test_examples_run(lattice_server, task_queue_prefix):
     env = {
@@ -92,15 +97,20 @@ def test_examples_run(lattice_server, task_queue_prefix):
         if not k.startswith(("ANTHROPIC_", "LANGSMITH_", "LANGFUSE_"))
     }
     env["TEMPORAL_ADDRESS"] = lattice_server
-    for name in EXPECTED:
-        proc = subprocess.run(
+
+    def run(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, name],
             cwd=EXAMPLES,
             env=env,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=90,
         )
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        runs = dict(zip(EXPECTED, pool.map(run, EXPECTED), strict=True))
+    for name, proc in runs.items():
         out, err = proc.stdout, proc.stderr
         assert proc.returncode == 0, f"{name} failed:\n{err}"
         expected = EXPECTED[name]
