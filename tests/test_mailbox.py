@@ -77,7 +77,8 @@ def test_mailbox_ids_and_options(tmp_path):
         create_sqlite_mailbox(path=tmp_path / "x.db", table="Bad Table")
     with pytest.raises(OptionError, match="dsn must be a connection string"):
         create_postgres_mailbox(dsn="")
-    with pytest.raises(OptionError, match="name must contain only"):
-        create_workflow_mailbox("a team")
+    with pytest.raises(OptionError, match="name must be a printable string"):
+        create_workflow_mailbox("")
+    assert create_workflow_mailbox("a team").workflow_id.endswith("team-mailbox-a team")
     with pytest.raises(OptionError, match="max_history_events"):
         create_workflow_mailbox("team", max_history_events=3)

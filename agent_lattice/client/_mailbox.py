@@ -5,7 +5,6 @@ status changes are updates, reads are queries."""
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from temporalio import activity
@@ -110,10 +109,10 @@ def create_workflow_mailbox(
     Sends are signals, ``claim_next``/``set_status`` updates, reads queries. ``runtime``:
     where to reach Temporal (default: the process runtime; a worker's own client inside
     a tool)."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not name or not name.isprintable() or len(name) > 200:
         raise OptionError(
-            "create_workflow_mailbox(): name must contain only letters, digits, '_', '.', ':' "
-            f"or '-'; got {name!r}"
+            "create_workflow_mailbox(): name must be a printable string of 1 to 200 characters "
+            f"(a team's name); got {name!r}"
         )
     if not isinstance(max_history_events, int) or max_history_events < 10:
         raise OptionError(
@@ -121,6 +120,3 @@ def create_workflow_mailbox(
             f"got {max_history_events!r}"
         )
     return _WorkflowMailbox(name, runtime, max_history_events)
-
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
