@@ -37,6 +37,9 @@ TEAM_REPORT_ACTIVITY = "lattice.team_report"
 TEAM_MAILBOX_ACTIVITY = "lattice.team_mailbox"
 TEAM_START_ACTIVITY = "lattice.team_start"
 TEAM_ADAPTER_ACTIVITY = "lattice.team_adapter"
+# Runs recorded before this change ended as soon as the lead did (left work stayed open).
+SETTLE_LEFT_WORK = "team-settle-left-work"
+SETTLE_TIMEOUT_S = 120.0
 
 
 @workflow.defn(name="TeamWorkflow")
@@ -47,6 +50,7 @@ class TeamWorkflow:
         self._queue: list[Handoff] = []
         self._messages: dict[str, TeamMessage] = {}
         self._busy: set[str] = set()  # member mailboxes with a work item running
+        self._working = 0  # work items started and not yet reported and mirrored
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._adapters: dict[str, workflow.ActivityHandle[ResultMessage]] = {}  # host AgentLike
         self._lead: workflow.ChildWorkflowHandle[Any, AgentRunOutput] | None = None
@@ -104,7 +108,27 @@ class TeamWorkflow:
         try:
             return await self._lead
         finally:
+            if (self._queue or self._working) and workflow.patched(SETTLE_LEFT_WORK):
+                await self._settle_left_work()
             runner.cancel()
+
+    async def _settle_left_work(self) -> None:
+        """The lead has its result (or failed) with handed-off work still queued or running:
+        that work ends as cancelled, its reports and mailbox states written, before the team
+        run ends (seeds: an abort marks the current and remaining accepted work cancelled)."""
+        if self._stopping is None:
+            self._stop("abort")
+        try:
+            await workflow.wait_condition(
+                lambda: not self._queue and not self._working,
+                timeout=timedelta(seconds=SETTLE_TIMEOUT_S),
+            )
+        except TimeoutError:
+            workflow.logger.warning(
+                "team %s: %d work item(s) still running after the lead ended",
+                self._input.team,
+                self._working,
+            )
 
     def _stop(self, how: str) -> None:
         if self._stopping == "abort" or self._stopping == how:
@@ -134,12 +158,19 @@ class TeamWorkflow:
             assert handoff is not None
             self._queue.remove(handoff)
             self._busy.add(handoff.to_mailbox)
+            self._working += 1  # counted at once: the item is never in neither place
             task = asyncio.ensure_future(self._work(handoff))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _work(self, handoff: Handoff) -> None:
         """One work item: the member's query as a child workflow, then its report."""
+        try:
+            await self._work_item(handoff)
+        finally:
+            self._working -= 1
+
+    async def _work_item(self, handoff: Handoff) -> None:
         output: AgentRunOutput | None = None
         adapter_result: ResultMessage | None = None
         error: str | None = None
