@@ -7,9 +7,11 @@ import asyncio
 import json
 
 import pytest
+from temporalio.worker import Replayer
 
 from agent_lattice import (
     AgentMessageEvent,
+    LatticePlugin,
     OptionError,
     ResultMessage,
     TeamAgentEvent,
@@ -636,6 +638,10 @@ async def test_handoff_work_shows_in_the_mailbox_backend_and_abort_stops_the_tea
         assert left.status == "cancelled", member
     assert await mailbox.claim_next("t::a") is None  # nothing left for a host drain to redo
     assert await mailbox.claim_next("t::c") is None
+    # the team run, settling what its lead left, replays deterministically
+    team_run = f"team-t-{team.lead.session_id}-1"
+    history = await lattice_runtime.client.get_workflow_handle(team_run).fetch_history()
+    await Replayer(workflows=[], plugins=[LatticePlugin(agents=[])]).replay_workflow(history)
 
 
 async def test_two_handoffs_to_one_member_run_in_turn_on_its_session(
