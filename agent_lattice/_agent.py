@@ -82,6 +82,7 @@ QUERY_OPTIONS = frozenset(
         "request_timeout_ms",
         "timeout",
         "permissions",
+        "tracer",
     }
 )
 REASONING_EFFORTS = ("low", "high", "max")

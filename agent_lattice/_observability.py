@@ -44,6 +44,10 @@ class _Backend:
     ) -> Any:
         raise NotImplementedError
 
+    def nested(self, anchor: Any, event: TraceEvent, name: str, inputs: dict[str, Any]) -> Any:
+        """A delegated run's root, beneath the run (or tool call) that delegated it."""
+        raise NotImplementedError
+
     def end(
         self, run: Any, outputs: Any, *, error: str | None = None, usage: Mapping[str, Any] | None
     ) -> None:
@@ -69,13 +73,26 @@ class _RunMapper:
         run = self._runs.setdefault(event.run_id, _OpenRun())
         if run.root is None:
             resumed = inputs is None and not run.start
-            run.root = self._backend.root(
-                event,
-                run.start.get("agent") or event.source,
-                {**run.start, **(inputs or {})},
-                resumed,
+            name = run.start.get("agent") or event.source
+            merged = {**run.start, **(inputs or {})}
+            anchor = self._anchor(run.start.get("parent"))
+            run.root = (
+                self._backend.nested(anchor, event, name, merged)
+                if anchor is not None
+                else self._backend.root(event, name, merged, resumed)
             )
         return run
+
+    def _anchor(self, parent: Any) -> Any:
+        """Where a delegated run nests: the delegating tool call while it is open (an ask),
+        else the delegating run itself (a handoff's receipt has already closed the call)."""
+        if not isinstance(parent, Mapping):
+            return None
+        delegating = self._runs.get(str(parent.get("run_id")))
+        if delegating is None or delegating.root is None:
+            return None  # traced elsewhere (another process, or a tracer of its own)
+        call = delegating.children.get(f"tool/{parent.get('tool_use_id')}")
+        return call if call is not None else delegating.root
 
     def _handle(self, event: TraceEvent) -> None:
         data, backend = event.data, self._backend
@@ -171,6 +188,20 @@ class _LangSmith(_Backend):
             extra=extra,
             ls_client=self._client,
             **kwargs,
+        )
+        run.post()
+        return run
+
+    def nested(self, anchor: Any, event: TraceEvent, name: str, inputs: dict[str, Any]) -> Any:
+        run = anchor.create_child(
+            name,
+            run_type="chain",
+            run_id=uuid.uuid5(_NAMESPACE, event.run_id),
+            inputs=inputs,
+            extra={
+                "metadata": {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}
+            },
+            tags=list(self._tags),
         )
         run.post()
         return run
@@ -281,6 +312,14 @@ class _Langfuse(_Backend):
                 metadata=metadata,
             )
         return _Observation(span, "chain", trace_name)
+
+    def nested(self, anchor: Any, event: TraceEvent, name: str, inputs: dict[str, Any]) -> Any:
+        metadata = {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}
+        with self._attributes(event, anchor.trace_name):
+            span = anchor.span.start_observation(
+                name=name, as_type="chain", input=inputs, metadata=metadata
+            )
+        return _Observation(span, "chain", anchor.trace_name)
 
     def child(
         self, root: Any, event: TraceEvent, kind: str, name: str, inputs: Any, model: str | None

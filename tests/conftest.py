@@ -106,3 +106,15 @@ class HostMember:
 
     def interrupt(self) -> bool:
         return False
+
+
+def named_agent(fake: FakeAnthropicServer, name: str, **options: object):
+    """A bare agent answered by ``fake``, its system prompt "You are <name>." (see by_agent)."""
+    return create_bare_agent(
+        api_key=API_KEY,
+        base_url=fake.base_url,
+        model="claude-test",
+        name=name,
+        system_prompt=f"You are {name}.",
+        **options,
+    )

@@ -15,6 +15,11 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 # What each example must print (a line, or several in a tuple).
 EXPECTED: dict[str, str | tuple[str, ...]] = {
     "tracing.py": "0 run_start",
+    "team_tracing.py": (
+        "Engineering: the design is sound.",
+        "run_start lead\n",
+        "run_start researcher (delegated by run ",
+    ),
     "skills.py": "I was given the skills: code-review, pdf.",
     "quickstart.py": "The calculator says 2+2 = 4.",
     "minimal.py": "Hello! How can I help?",

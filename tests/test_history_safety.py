@@ -10,13 +10,12 @@ from agent_lattice import (
     LatticePlugin,
     ResultMessage,
     StreamEventMessage,
-    create_bare_agent,
     create_team,
     team_member,
 )
 from agent_lattice.testing import Script, error, message, slow, text, tool_use, tool_use_block
 
-from conftest import API_KEY, HISTORIES, HostMember, keep_history, make_calculator
+from conftest import API_KEY, HISTORIES, HostMember, keep_history, make_calculator, named_agent
 
 
 def replayer() -> Replayer:
@@ -101,13 +100,7 @@ async def test_team_histories_replay(fake_anthropic, lattice_runtime):
     fake_anthropic.set_handler(handle)
 
     def bare(name):
-        return create_bare_agent(
-            api_key=API_KEY,
-            base_url=fake_anthropic.base_url,
-            model="claude-test",
-            name=name,
-            system_prompt=f"You are {name}.",
-        )
+        return named_agent(fake_anthropic, name)
 
     team = create_team(
         name="replayed",

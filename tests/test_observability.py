@@ -16,10 +16,20 @@ from agent_lattice import (
     create_jsonl_context_tracer,
     create_langfuse_context_tracer,
     create_langsmith_context_tracer,
+    create_team,
+    define_context_tracer,
+    team_member,
 )
-from agent_lattice.testing import FakeTracingServer, Script, message, text, tool_use_block
+from agent_lattice.testing import (
+    FakeTracingServer,
+    Script,
+    message,
+    text,
+    tool_use,
+    tool_use_block,
+)
 
-from conftest import make_calculator
+from conftest import make_calculator, named_agent
 
 
 @pytest.fixture
@@ -150,3 +160,82 @@ def test_tracer_options_are_checked():
         create_langfuse_context_tracer(client=object(), tags="ci")
     with pytest.raises(OptionError, match="either client or api_key"):
         create_langsmith_context_tracer(client=object(), api_key="k")
+
+
+def team_script():
+    """The lead asks ``helper`` (ask), then hands ``helper`` more work (handoff), then ends."""
+
+    def handle(request):
+        if "You are lead." in (request.system or ""):
+            turn = (len(request.messages) + 1) // 2
+            if turn == 1:
+                return tool_use("helper", {"mode": "ask", "task": "quick look"})
+            if turn == 2:
+                return tool_use("helper", {"mode": "handoff", "task": "deep dive"})
+            return text("all done")
+        return text("helper finished: " + str(request.messages[-1]["content"])[:20])
+
+    return handle
+
+
+async def test_a_query_tracer_follows_the_team_into_its_members(
+    fake_anthropic, lattice_runtime, ingest, tmp_path
+):
+    """Seeds, JSONL / LangSmith Context Tracing: pass the tracer per query to propagate it into
+    delegated agents; member runs nest beneath the lead's run in one trace."""
+    client = Client(api_url=ingest.url, api_key="ls-test-key", auto_batch_tracing=False)
+    smith = create_langsmith_context_tracer(client=client)
+    jsonl = tmp_path / "team.jsonl"
+    fake_anthropic.set_handler(team_script())
+
+    def bare(name):
+        return named_agent(fake_anthropic, name)
+
+    team = create_team(
+        name="traced", lead=bare("lead"), members=[team_member(name="helper", agent=bare("helper"))]
+    )
+    tracer = create_composite_context_tracer([create_jsonl_context_tracer(path=jsonl), smith])
+    try:
+        result = await team.prompt("Investigate.", tracer=tracer)
+    finally:
+        await smith.close()
+
+    assert result.result == "all done"
+    events = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    starts = [e for e in events if e["type"] == "run_start"]
+    assert [e["source"] for e in starts] == ["lead", "helper", "helper"]
+    lead_run = starts[0]["run_id"]
+    asked, handed = starts[1]["data"]["parent"], starts[2]["data"]["parent"]
+    assert asked["run_id"] == handed["run_id"] == lead_run  # both delegated by the lead's run
+    assert asked["tool_use_id"] != handed["tool_use_id"]
+    assert {e["session_id"] for e in events} == {
+        team.lead.session_id,
+        *(s["session_id"] for s in starts[1:]),
+    }
+    # LangSmith: one root (the lead's run); the ask nests under its tool call, the handoff
+    # (whose receipt already closed the call) under the lead's run
+    runs = ingest.runs()
+    (root,) = [r for r in runs.values() if not r.get("parent_run_id")]
+    assert root["name"] == "lead"
+    helpers = [r for r in runs.values() if r["name"] == "helper" and r["run_type"] == "chain"]
+    assert len(helpers) == 2
+    parents = {runs[h["parent_run_id"]]["run_type"] for h in helpers}
+    assert parents == {"tool", "chain"}
+    assert all(runs[h["parent_run_id"]]["trace_id"] == root["trace_id"] for h in helpers)
+    # the binding ends with the query: a later query without tracer= is not traced
+    lines = len(jsonl.read_text().splitlines())
+    fake_anthropic.set_handler(lambda r: text("plain"))
+    await team.lead.prompt("Untraced.")
+    assert len(jsonl.read_text().splitlines()) == lines
+
+
+async def test_query_tracer_is_checked(make_agent, fake_anthropic, lattice_runtime):
+    agent = make_agent(name="checked")
+    with pytest.raises(OptionError, match="tracer must be a ContextTracer"):
+        await agent.prompt("x", tracer=object())
+    lattice_runtime.inline_workers = False
+    try:
+        with pytest.raises(OptionError, match="needs the query served in this process"):
+            await agent.prompt("x", tracer=define_context_tracer(on_event=lambda e: None))
+    finally:
+        lattice_runtime.inline_workers = True

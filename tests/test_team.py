@@ -16,7 +16,6 @@ from agent_lattice import (
     ResultMessage,
     TeamAgentEvent,
     TeamMessageEvent,
-    create_bare_agent,
     create_team,
     define_agent,
     team_member,
@@ -34,17 +33,7 @@ from agent_lattice.testing import (
 )
 
 from conftest import API_KEY, HostMember, by_agent, child_ids
-
-
-def agent(fake, name: str, **options):
-    return create_bare_agent(
-        api_key=API_KEY,
-        base_url=fake.base_url,
-        model="claude-test",
-        name=name,
-        system_prompt=f"You are {name}.",
-        **options,
-    )
+from conftest import named_agent as agent
 
 
 async def test_handoffs_answer_with_receipts_then_reports_in_handoff_order(

@@ -25,7 +25,7 @@ from .._messages import ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlo
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
-from .._tracing import TraceEvent
+from .._tracing import TraceEvent, bind_query_tracer, query_tracer
 from .._transcripts import (
     TranscriptMissing,
     TranscriptStore,
@@ -54,6 +54,7 @@ from ..workflows._types import (
     ToolCallOutput,
     ToolResultsHookInput,
     TraceInput,
+    TraceParent,
 )
 
 if TYPE_CHECKING:
@@ -293,6 +294,8 @@ class AgentActivities:
                 queue=info.task_queue,
                 context=input.context,
                 grants=grants,
+                parent_session=input.session_id,
+                trace_parent=TraceParent(run_id=input.run_id or "", tool_use_id=use.id),
             )
             if isinstance(started, ToolResult):
                 return await refuse(started)
@@ -337,6 +340,7 @@ class AgentActivities:
                 lead_key=input.agent_key,
                 lead_session_id=input.session_id,
                 lead_workflow_id=info.workflow_id,
+                lead_run_id=input.run_id or "",
                 from_mailbox=mailbox_id(delegation.team, "lead"),
                 to_mailbox=mailbox_id(delegation.team, delegation.member),
                 task=prompt if isinstance(prompt, str) else json.dumps(prompt),
@@ -414,6 +418,8 @@ class AgentActivities:
         queue: str,
         context: Any,
         grants: list[str],
+        parent_session: str,
+        trace_parent: TraceParent,
     ) -> tuple[AgentRunInput, str, str, TeamRunInput | None] | ToolResult:
         """The child query of a delegated call, on the target's session as it is now: its
         input, workflow id, task queue (and its TeamWorkflow's input when it is a team)."""
@@ -445,6 +451,10 @@ class AgentActivities:
             last_input_tokens=child._last_input_tokens(),
             workspace_grants=grants,
         )
+        bound = query_tracer(parent_session)
+        if bound is not None:  # the caller's query tracer follows the delegated run
+            bind_query_tracer(child.session_id, *bound)
+            child_input.traced, child_input.trace_parent = True, trace_parent
         workflow_id = workflow_id_for(child, child._next_query())
         team_child = None
         if delegation.inner_team is not None:  # a team member: its own TeamWorkflow runs it
@@ -481,6 +491,8 @@ class AgentActivities:
             queue=activity.info().task_queue,
             context=handoff.context,
             grants=handoff.workspace_grants,
+            parent_session=handoff.lead_session_id,
+            trace_parent=TraceParent(run_id=handoff.lead_run_id, tool_use_id=handoff.tool_use_id),
         )
         if isinstance(started, ToolResult):
             raise ApplicationError(text_of(started.content), type="MemberBusy")
@@ -664,7 +676,8 @@ class _Tracer:
     """Emits an agent's trace events with consecutive ``seq`` from the workflow's base."""
 
     def __init__(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> None:
-        self._tracer = agent.config.tracer
+        bound = query_tracer(session_id)  # a query's own tracer (query(tracer=)) comes first
+        self._tracer = bound[0] if bound is not None else agent.config.tracer
         self._source = agent.name
         self._session_id, self._run_id, self._seq = session_id, run_id or "", seq
 

@@ -29,6 +29,7 @@ from .._messages import (
     UserMessage,
 )
 from .._options import check_options
+from .._tracing import ContextTracer, bind_query_tracer, release_query_tracers
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
@@ -65,7 +66,14 @@ class QueryRun:
         request_timeout_ms: int | None = None,
         timeout: float | None = None,
         permissions: Mapping[str, Any] | None = None,
+        tracer: ContextTracer | None = None,
     ) -> None:
+        if tracer is not None and not isinstance(tracer, ContextTracer):
+            raise OptionError(
+                "QueryOptions: tracer must be a ContextTracer (create_jsonl_context_tracer(), "
+                f"define_context_tracer(), ...); got {type(tracer).__name__}"
+            )
+        self.tracer = tracer
         self.agent = agent
         config = agent.config
         self.request = request_options(
@@ -132,6 +140,16 @@ class QueryRun:
             deadline_s=self.deadline_s,
             workspace_grants=self.workspace_grants,
         )
+        if self.tracer is not None:
+            if not runtime.inline_workers:
+                raise OptionError(
+                    "QueryOptions: tracer= needs the query served in this process (inline "
+                    "workers): the tracer is an object of this process. For runs served by "
+                    "`lattice worker`, give the agent its tracer in create_agent(tracer=...)."
+                )
+            # this query and every run it delegates to report to the tracer (see _tracing)
+            bind_query_tracer(agent.session_id, self.tracer, self.workflow_id)
+            run_input.traced = True
         if self.team is not None:
             # the team runtime is the parent; the lead's query (this workflow id) its child
             team = self.team
@@ -189,6 +207,7 @@ class QueryRun:
             return _raise_hook_failure(output.result)
         finally:
             self._done = True
+            release_query_tracers(self.workflow_id)
             await on_done(new_messages)
             for task in self._signals:
                 with contextlib.suppress(Exception):
@@ -207,6 +226,7 @@ class QueryRun:
                     yield message
         finally:
             self._done = True
+            release_query_tracers(self.workflow_id)
             await on_done(new_messages)
 
     async def _run(

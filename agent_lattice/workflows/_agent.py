@@ -178,18 +178,18 @@ class AgentWorkflow:
                 run_id=info.run_id,
             )
         )
-        if agent.traced:
+        if self._traced:
+            start: dict[str, object] = {
+                "agent": agent.name,
+                "model": agent.model,
+                "workflow_id": info.workflow_id,
+            }
+            if input.trace_parent is not None:  # a delegated run: where it sits in the trace
+                start["parent"] = input.trace_parent.model_dump()
             try:
                 await self._trace(
                     [
-                        (
-                            "run_start",
-                            {
-                                "agent": agent.name,
-                                "model": agent.model,
-                                "workflow_id": info.workflow_id,
-                            },
-                        ),
+                        ("run_start", start),
                         (
                             "user_message",
                             {"content_head": input.head}
@@ -690,7 +690,7 @@ class AgentWorkflow:
         self, reply: ModelMessage, outcomes: list[ToolCallOutput]
     ) -> list[ToolCallOutput]:
         outcomes = await self._hook_results(reply, outcomes)
-        if self._input.agent.traced and self._made_here:
+        if self._traced and self._made_here:
             events: list[tuple[str, dict[str, object]]] = []
             for use, outcome in zip(reply.tool_uses, outcomes, strict=True):
                 if use.id in self._made_here:
@@ -735,6 +735,11 @@ class AgentWorkflow:
             for o in outcomes
         ]
 
+    @property
+    def _traced(self) -> bool:
+        """Trace events go to the agent's own tracer or to the query's (``query(tracer=)``)."""
+        return self._input.agent.traced or self._input.traced
+
     def _seq_block(self, size: int) -> int:
         """Reserve ``size`` trace sequence numbers (deterministic, so retries reuse them)."""
         start = self._trace_seq
@@ -743,7 +748,7 @@ class AgentWorkflow:
 
     async def _trace(self, events: list[tuple[str, dict[str, object]]]) -> None:
         input = self._input
-        if not input.agent.traced or not events:
+        if not self._traced or not events:
             return
         await workflow.execute_local_activity(
             TRACE_ACTIVITY,
@@ -780,7 +785,7 @@ class AgentWorkflow:
         error: ErrorInfo | None = None,
     ) -> AgentRunOutput:
         info = workflow.info()
-        if self._input.agent.traced:
+        if self._traced:
             try:
                 await self._trace(
                     [

@@ -121,6 +121,13 @@ class Continuation(BaseModel):
     stream: WorkflowStreamState | None = None
 
 
+class TraceParent(BaseModel):
+    """Where a delegated run sits in its parent's trace."""
+
+    run_id: str
+    tool_use_id: str | None = None
+
+
 class AgentRunInput(BaseModel):
     agent: AgentRef
     session_id: str
@@ -147,6 +154,10 @@ class AgentRunInput(BaseModel):
     context: Any = None
     # whole-query deadline (seconds); passing it ends the query with error_abort
     deadline_s: float | None = None
+    # traced by a per-query tracer (``query(tracer=...)``, bound in the caller's process),
+    # and, for a delegated run, the run and tool call it was delegated from
+    traced: bool = False
+    trace_parent: TraceParent | None = None
 
 
 class AgentRunOutput(BaseModel):
@@ -269,6 +280,7 @@ class Handoff(BaseModel):
     lead_key: str
     lead_session_id: str
     lead_workflow_id: str = ""
+    lead_run_id: str = ""  # the lead's run, for tracing (a member's run nests beneath it)
     message_id: str
     work_item_id: str
     thread_id: str
