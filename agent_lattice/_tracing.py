@@ -158,31 +158,3 @@ def create_composite_context_tracer(tracers: Sequence[ContextTracer | None]) -> 
             await t.close()
 
     return ContextTracer(on_event, flush=flush, close=close, fail_on_error=True)
-
-
-# -- per-query tracers ----------------------------------------------------------------------
-# ``query(..., tracer=...)`` traces that query and every agent it delegates to (agent tools,
-# team members). The tracer is an object of the caller's process, so it is found by session
-# id in this process (its inline workers run those sessions) and never travels in a workflow.
-
-_QUERY_TRACERS: dict[str, tuple[ContextTracer, str]] = {}
-_QUERY_TRACERS_LOCK = threading.Lock()
-
-
-def bind_query_tracer(session_id: str, tracer: ContextTracer, root: str) -> None:
-    """Trace ``session_id``'s runs with ``tracer`` until ``root``'s query releases it."""
-    with _QUERY_TRACERS_LOCK:
-        _QUERY_TRACERS[session_id] = (tracer, root)
-
-
-def query_tracer(session_id: str) -> tuple[ContextTracer, str] | None:
-    """The per-query tracer bound to ``session_id`` and the query that bound it, if any."""
-    with _QUERY_TRACERS_LOCK:
-        return _QUERY_TRACERS.get(session_id)
-
-
-def release_query_tracers(root: str) -> None:
-    """The query ``root`` ended: its sessions (its own and its delegates') are unbound."""
-    with _QUERY_TRACERS_LOCK:
-        for session_id in [s for s, (_, r) in _QUERY_TRACERS.items() if r == root]:
-            del _QUERY_TRACERS[session_id]

@@ -25,7 +25,7 @@ from .._messages import ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlo
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._tools import PermissionRequest, ToolContext, ToolResult
-from .._tracing import TraceEvent, bind_query_tracer, query_tracer
+from .._tracing import ContextTracer, TraceEvent
 from .._transcripts import (
     TranscriptMissing,
     TranscriptStore,
@@ -89,6 +89,13 @@ class AgentActivities:
         except TranscriptMissing as err:
             raise ApplicationError(str(err), type="TranscriptMissing", non_retryable=True) from None
 
+    def _tracer(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> _Tracer:
+        """The session's trace events go to its query's tracer (``query(tracer=)``, bound in
+        this process) when it has one, else to the agent's own."""
+        bound = self._registry.tracer_of(session_id)
+        tracer = bound[0] if bound is not None else agent.config.tracer
+        return _Tracer(tracer, agent.name, session_id, run_id, seq)
+
     def _agent(self, key: str, session_id: str) -> Agent:
         agent = self._registry.get(key, session_id)
         if agent is None:
@@ -112,7 +119,7 @@ class AgentActivities:
         )
         if config.hooks is not None:
             shaped = await _hook(config.hooks.model_request(shaped))
-        tracer = _Tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
         await tracer.emit(
             "model_request",
             turn=input.turn,
@@ -215,7 +222,7 @@ class AgentActivities:
                 )
             )
         ctx = _tool_context(agent, input)
-        tracer = _Tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
         async with _heartbeating(), _quiet_when_abandoned():
             denial = await _permission_denial(agent, use.name, use.input, ctx)
@@ -250,7 +257,7 @@ class AgentActivities:
         parent = self._agent(input.agent_key, input.session_id)
         use = input.tool_use
         delegation = _delegation_of(parent, use.name)
-        tracer = _Tracer(parent, input.session_id, input.run_id, input.trace_seq)
+        tracer = self._tracer(parent, input.session_id, input.run_id, input.trace_seq)
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
 
         async def refuse(result: ToolResult) -> DelegatePrepared:
@@ -451,9 +458,9 @@ class AgentActivities:
             last_input_tokens=child._last_input_tokens(),
             workspace_grants=grants,
         )
-        bound = query_tracer(parent_session)
+        bound = self._registry.tracer_of(parent_session)
         if bound is not None:  # the caller's query tracer follows the delegated run
-            bind_query_tracer(child.session_id, *bound)
+            self._registry.bind_tracer(child.session_id, *bound)
             child_input.traced, child_input.trace_parent = True, trace_parent
         workflow_id = workflow_id_for(child, child._next_query())
         team_child = None
@@ -513,7 +520,7 @@ class AgentActivities:
         parent = self._agent(input.agent_key, input.session_id)
         use = input.tool_use
         delegation = _delegation_of(parent, use.name)
-        tracer = _Tracer(parent, input.session_id, input.run_id, input.trace_seq + 1)
+        tracer = self._tracer(parent, input.session_id, input.run_id, input.trace_seq + 1)
         output = input.output
         await self._absorb(delegation, output)
         if output is None:
@@ -543,7 +550,7 @@ class AgentActivities:
         """Trace events the workflow produced itself (runs as a local activity)."""
         agent = self._agent(input.agent_key, input.session_id)
         for item in input.events:
-            tracer = _Tracer(agent, input.session_id, input.run_id, item["seq"])
+            tracer = self._tracer(agent, input.session_id, input.run_id, item["seq"])
             data = dict(item.get("data", {}))
             if "content_head" in data:  # a large prompt: read it from the transcript
                 last = (await self._transcripts.messages(data.pop("content_head")))[-1]
@@ -675,10 +682,16 @@ def _delegation_of(agent: Agent, tool_name: str) -> Delegation:
 class _Tracer:
     """Emits an agent's trace events with consecutive ``seq`` from the workflow's base."""
 
-    def __init__(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> None:
-        bound = query_tracer(session_id)  # a query's own tracer (query(tracer=)) comes first
-        self._tracer = bound[0] if bound is not None else agent.config.tracer
-        self._source = agent.name
+    def __init__(
+        self,
+        tracer: ContextTracer | None,
+        source: str,
+        session_id: str,
+        run_id: str | None,
+        seq: int,
+    ) -> None:
+        self._tracer = tracer
+        self._source = source
         self._session_id, self._run_id, self._seq = session_id, run_id or "", seq
 
     async def emit(self, kind: str, **data: object) -> None:

@@ -16,9 +16,12 @@ from .._errors import OptionError
 from .._mailbox import MessageStatus, TeamMailbox, TeamMessage
 from ..workflows._mailbox import (
     MAILBOX_WORKFLOW,
+    ClaimRequest,
     InboxQuery,
     MailboxState,
+    MessageQuery,
     StatusChange,
+    ThreadQuery,
     mailbox_task_queue,
 )
 
@@ -77,10 +80,12 @@ class _WorkflowMailbox:
         return message
 
     async def claim_next(self, mailbox: str) -> TeamMessage | None:
-        return await self._ask("update", "claim_next", mailbox, TeamMessage | None, None)
+        request = ClaimRequest(mailbox=mailbox)
+        return await self._ask("update", "claim_next", request, TeamMessage | None, None)
 
     async def get(self, message_id: str) -> TeamMessage | None:
-        return await self._ask("query", "get", message_id, TeamMessage | None, None)
+        query = MessageQuery(message_id=message_id)
+        return await self._ask("query", "get", query, TeamMessage | None, None)
 
     async def inbox(
         self, mailbox: str, *, status: MessageStatus | None = None
@@ -89,7 +94,8 @@ class _WorkflowMailbox:
         return await self._ask("query", "inbox", query, list[TeamMessage], [])
 
     async def thread(self, thread_id: str) -> list[TeamMessage]:
-        return await self._ask("query", "thread", thread_id, list[TeamMessage], [])
+        query = ThreadQuery(thread_id=thread_id)
+        return await self._ask("query", "thread", query, list[TeamMessage], [])
 
     async def set_status(
         self, message_id: str, status: MessageStatus, *, result: str | None = None

@@ -29,7 +29,7 @@ from .._messages import (
     UserMessage,
 )
 from .._options import check_options
-from .._tracing import ContextTracer, bind_query_tracer, release_query_tracers
+from .._tracing import ContextTracer
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
@@ -74,6 +74,7 @@ class QueryRun:
                 f"define_context_tracer(), ...); got {type(tracer).__name__}"
             )
         self.tracer = tracer
+        self._traced_on: Runtime | None = None  # where the tracer is bound, until the end
         self.agent = agent
         config = agent.config
         self.request = request_options(
@@ -148,7 +149,8 @@ class QueryRun:
                     "`lattice worker`, give the agent its tracer in create_agent(tracer=...)."
                 )
             # this query and every run it delegates to report to the tracer (see _tracing)
-            bind_query_tracer(agent.session_id, self.tracer, self.workflow_id)
+            runtime.bind_query_tracer(agent.session_id, self.tracer, self.workflow_id)
+            self._traced_on = runtime
             run_input.traced = True
         if self.team is not None:
             # the team runtime is the parent; the lead's query (this workflow id) its child
@@ -207,7 +209,8 @@ class QueryRun:
             return _raise_hook_failure(output.result)
         finally:
             self._done = True
-            release_query_tracers(self.workflow_id)
+            if self._traced_on is not None:  # the query's tracer leaves with it
+                self._traced_on.release_query_tracers(self.workflow_id)
             await on_done(new_messages)
             for task in self._signals:
                 with contextlib.suppress(Exception):
@@ -226,7 +229,8 @@ class QueryRun:
                     yield message
         finally:
             self._done = True
-            release_query_tracers(self.workflow_id)
+            if self._traced_on is not None:  # the query's tracer leaves with it
+                self._traced_on.release_query_tracers(self.workflow_id)
             await on_done(new_messages)
 
     async def _run(

@@ -235,6 +235,15 @@ class Runtime:
                 task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
 
+    def bind_query_tracer(self, session_id: str, tracer: Any, root: str) -> None:
+        """``query(tracer=)``: this process's workers trace ``session_id`` (and the runs it
+        delegates to) with ``tracer`` until the query ``root`` ends. The tracer is an object of
+        this process: it is found here by session id and never enters a workflow."""
+        self._registry.bind_tracer(session_id, tracer, root)
+
+    def release_query_tracers(self, root: str) -> None:
+        self._registry.release_tracers(root)
+
     async def stream_receiver(self) -> StreamReceiver:
         await self._receiver.start()
         return self._receiver

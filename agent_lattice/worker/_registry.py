@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .._agent import Agent
+    from .._tracing import ContextTracer
 
 
 class AgentRegistry:
@@ -21,6 +22,8 @@ class AgentRegistry:
     def __init__(self, agents: Iterable[Agent] = ()) -> None:
         self._by_key: dict[str, Agent] = {}
         self._by_session: weakref.WeakValueDictionary[str, Agent] = weakref.WeakValueDictionary()
+        # per-query tracers (``query(tracer=)``) by session, and the query that bound each
+        self._tracers: dict[str, tuple[ContextTracer, str]] = {}
         for agent in agents:
             self.add(agent)
 
@@ -36,6 +39,19 @@ class AgentRegistry:
             if agent is not None and agent.key == key:
                 return agent
         return self._by_key.get(key)
+
+    def bind_tracer(self, session_id: str, tracer: ContextTracer, root: str) -> None:
+        """Trace ``session_id``'s runs with ``tracer`` until the query ``root`` releases it."""
+        self._tracers[session_id] = (tracer, root)
+
+    def tracer_of(self, session_id: str) -> tuple[ContextTracer, str] | None:
+        """The per-query tracer bound to ``session_id``, and the query that bound it."""
+        return self._tracers.get(session_id)
+
+    def release_tracers(self, root: str) -> None:
+        """The query ``root`` ended: its session and its delegates' are unbound."""
+        for session_id in [s for s, (_, r) in self._tracers.items() if r == root]:
+            del self._tracers[session_id]
 
     def keys(self) -> list[str]:
         return sorted(set(self._by_key) | {a.key for a in self._by_session.values()})

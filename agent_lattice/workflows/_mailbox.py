@@ -48,6 +48,18 @@ class InboxQuery(BaseModel):
     status: MessageStatus | None = None
 
 
+class ClaimRequest(BaseModel):
+    mailbox: str
+
+
+class MessageQuery(BaseModel):
+    message_id: str
+
+
+class ThreadQuery(BaseModel):
+    thread_id: str
+
+
 @workflow.defn(name=MAILBOX_WORKFLOW)
 class TeamMailboxWorkflow:
     @workflow.init
@@ -61,9 +73,9 @@ class TeamMailboxWorkflow:
         self._messages.setdefault(message.id, message)
 
     @workflow.update
-    def claim_next(self, mailbox: str) -> TeamMessage | None:
+    def claim_next(self, request: ClaimRequest) -> TeamMessage | None:
         for message in self._messages.values():
-            if message.to_mailbox == mailbox and message.status == "pending":
+            if message.to_mailbox == request.mailbox and message.status == "pending":
                 return self._change(message, "processing", None)
         return None
 
@@ -84,8 +96,8 @@ class TeamMailboxWorkflow:
             )
 
     @workflow.query
-    def get(self, message_id: str) -> TeamMessage | None:
-        return self._messages.get(message_id)
+    def get(self, query: MessageQuery) -> TeamMessage | None:
+        return self._messages.get(query.message_id)
 
     @workflow.query
     def inbox(self, query: InboxQuery) -> list[TeamMessage]:
@@ -96,8 +108,8 @@ class TeamMailboxWorkflow:
         ]
 
     @workflow.query
-    def thread(self, thread_id: str) -> list[TeamMessage]:
-        return [m for m in self._messages.values() if m.thread_id == thread_id]
+    def thread(self, query: ThreadQuery) -> list[TeamMessage]:
+        return [m for m in self._messages.values() if m.thread_id == query.thread_id]
 
     @workflow.run
     async def run(self, state: MailboxState) -> None:
