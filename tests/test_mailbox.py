@@ -52,6 +52,9 @@ async def test_workflow_mailbox_keeps_its_messages_across_continue_as_new(lattic
     assert [m.body for m in inbox if m.status == "done"] == ["0", "1", "2", "3"]
     assert [m.result for m in inbox if m.status == "done"] == ["r0", "r3", "r6", "r9"]
     assert (await box.claim_next("t::a")).body == "4"  # the oldest pending one
+    first_done = next(m for m in inbox if m.status == "done")
+    with pytest.raises(OptionError, match=f"{first_done.id} is already done; it cannot become"):
+        await box.set_status(first_done.id, "failed")  # refused by the update's validator
 
 
 @pytest.mark.skipif(

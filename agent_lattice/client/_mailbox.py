@@ -63,7 +63,8 @@ class _WorkflowMailbox:
                 return missing
             raise
         except WorkflowUpdateFailedError as err:  # refused by the workflow's validator
-            raise OptionError(str(err.cause.message if err.cause else err)) from None
+            cause = err.cause or err
+            raise OptionError(getattr(cause, "message", None) or str(cause)) from None
 
     async def send(self, message: TeamMessage) -> TeamMessage:
         client = await self._client()
