@@ -34,6 +34,7 @@ from .._transcripts import (
     run_transcript,
 )
 from .._workspace import Boundary, workspace_prompt
+from ..client._mailbox import WorkflowMailbox
 from ..providers import ModelRequest, ProviderError
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import (
@@ -569,6 +570,9 @@ def _message_id(seed: str) -> str:
 async def _mirror(mailbox: TeamMailbox, message: TeamMessage) -> None:
     """The runtime's view of a message into the team's mailbox: sent once (a retried
     activity finds it there), then its status moved on unless it is already final."""
+    if isinstance(mailbox, WorkflowMailbox):  # one signal does all that, no worker waited on
+        await mailbox.mirror(message)
+        return
     stored = await mailbox.get(message.id)
     if stored is None:
         await mailbox.send(message)
@@ -623,6 +627,9 @@ async def _record_ask(
     try:
         if isinstance(message, TeamMessage):
             await _mirror(team.mailbox, message)
+            return
+        if isinstance(team.mailbox, WorkflowMailbox) and status is not None:
+            await team.mailbox.settle(message, status, result)
             return
         stored = await team.mailbox.get(message)
         if stored is not None and status is not None:

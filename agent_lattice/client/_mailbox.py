@@ -28,7 +28,7 @@ from ..workflows._mailbox import (
 __all__ = ["create_workflow_mailbox"]
 
 
-class _WorkflowMailbox:
+class WorkflowMailbox:
     """A client of one ``TeamMailboxWorkflow`` (started by the first message sent)."""
 
     def __init__(self, name: str, runtime: Any, max_history_events: int) -> None:
@@ -66,7 +66,9 @@ class _WorkflowMailbox:
             cause = err.cause or err
             raise OptionError(getattr(cause, "message", None) or str(cause)) from None
 
-    async def send(self, message: TeamMessage) -> TeamMessage:
+    async def _signal(self, name: str, arg: Any) -> None:
+        """A signal to the mailbox workflow, starting it first if needed; durable once this
+        returns, whether or not a worker of the mailbox is up."""
         client = await self._client()
         await client.start_workflow(
             MAILBOX_WORKFLOW,
@@ -74,11 +76,24 @@ class _WorkflowMailbox:
             id=self.workflow_id,
             task_queue=mailbox_task_queue(),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="send",
-            start_signal_args=[message],
+            start_signal=name,
+            start_signal_args=[arg],
             static_summary="team mailbox",
         )
+
+    async def send(self, message: TeamMessage) -> TeamMessage:
+        await self._signal("send", message)
         return message
+
+    async def mirror(self, message: TeamMessage) -> None:
+        """A team runtime's own work, as it is now (see the workflow's ``mirror``)."""
+        await self._signal("mirror", message)
+
+    async def settle(self, message_id: str, status: MessageStatus, result: str | None) -> None:
+        """End an open message by id; a missing or finished one is left alone."""
+        await self._signal(
+            "settle", StatusChange(message_id=message_id, status=status, result=result)
+        )
 
     async def claim_next(self, mailbox: str) -> TeamMessage | None:
         request = ClaimRequest(mailbox=mailbox)
@@ -126,4 +141,4 @@ def create_workflow_mailbox(
             "create_workflow_mailbox(): max_history_events must be an integer of at least 10; "
             f"got {max_history_events!r}"
         )
-    return _WorkflowMailbox(name, runtime, max_history_events)
+    return WorkflowMailbox(name, runtime, max_history_events)

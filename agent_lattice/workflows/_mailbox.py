@@ -1,7 +1,8 @@
 """TeamMailboxWorkflow: a team's mailbox kept by Temporal (the default team mailbox).
 
 One long-lived workflow per mailbox store holds the messages. Messages arrive as ``send``
-signals (tasks, replies and follow-ups alike); ``claim_next`` and ``set_status`` are updates,
+signals (tasks, replies and follow-ups alike; a team runtime's ``mirror`` and ``settle`` of
+its own work too); ``claim_next`` and ``set_status`` are updates,
 so a claim is atomic and its caller gets the claimed message (or the refusal) back; ``get``,
 ``inbox`` and ``thread`` are queries. The workflow runs no activities and holds nothing of
 any one process, so every lattice worker can host it (see ``MAILBOX_TASK_QUEUE``).
@@ -71,6 +72,25 @@ class TeamMailboxWorkflow:
     def send(self, message: TeamMessage) -> None:
         # a sender retried after a lost answer sends the same message again: keep the first
         self._messages.setdefault(message.id, message)
+
+    @workflow.signal
+    def mirror(self, message: TeamMessage) -> None:
+        """A team runtime's view of its own work: the message as it is now (added, or its
+        status moved on unless already final). A signal, so the runtime never waits on a
+        worker of this mailbox (whose sticky queue may be on a crashed process)."""
+        current = self._messages.get(message.id)
+        if current is None:
+            self._messages[message.id] = message
+        elif current.status != message.status and current.status not in FINAL_STATUSES:
+            self._change(current, message.status, message.result)
+
+    @workflow.signal
+    def settle(self, change: StatusChange) -> None:
+        """Like ``set_status`` for a runtime that only knows the id: a missing or finished
+        message is left alone."""
+        current = self._messages.get(change.message_id)
+        if current is not None and current.status not in FINAL_STATUSES:
+            self._change(current, change.status, change.result)
 
     @workflow.update
     def claim_next(self, request: ClaimRequest) -> TeamMessage | None:
