@@ -257,13 +257,18 @@ async def test_kill_mid_team_run_finishes_without_repeating_member_work(
 
     fake_anthropic.set_handler(model)
     team = build_team(fake_anthropic.base_url)
+    team.lead.bind_runtime(remote_runtime)  # its mailbox too: the worker processes host it
     first = await workers()
     query = asyncio.ensure_future(team.prompt("Run the crew.", runtime=remote_runtime))
 
-    await assert_eventually(
-        lambda: "block-start:B" in effects.read_text() and "record:A" in effects.read_text(),
-        within=30,
-    )
+    async def fast_reported_slow_blocked() -> bool:
+        # fast's work item completed and reported (its mailbox message is done), slow is inside
+        # its tool: the kill lands between the two
+        if "block-start:B" not in effects.read_text():
+            return False
+        return [m.status for m in await team.mailbox.inbox("crew::fast")] == ["done"]
+
+    await assert_eventually(fast_reported_slow_blocked, within=30)
     first.kill()
     await workers()
     result = await asyncio.wait_for(query, 60)
