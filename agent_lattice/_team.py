@@ -117,7 +117,8 @@ class Team:
         """Advance already-routed work: each round, every member claims the next pending
         message of its own mailbox and is prompted with it. Nothing is re-routed. A member
         that ends without ``team_reply`` or ``team_followup`` fails the message, and a
-        diagnostic follow-up goes to the sender's mailbox."""
+        diagnostic follow-up goes to the sender's mailbox. A member that takes no tools (a
+        team, a host AgentLike) answers with its final result: that is its reply."""
         for name, value in (("max_rounds", max_rounds), ("max_messages", max_messages)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionError(f"drain(): {name} must be a positive integer; got {value!r}")
@@ -144,16 +145,23 @@ class Team:
         result: DrainResult,
         query: Mapping[str, Any],
     ) -> None:
+        from ._agent import Agent, AgentSpec
+
+        # a team or a host AgentLike takes no tools: its final answer is its reply
+        answers_itself = not isinstance(member.agent, Agent | AgentSpec)
         claim = self._claims[message.id] = _Claim(message)
         prompt = (
             f"Team {self.name}: a message for you in mailbox {message.to_mailbox}.\n"
             f"message_id: {message.id}\nfrom: {message.from_mailbox}\n"
             + (f"subject: {message.subject}\n" if message.subject else "")
-            + f"\n{message.body}\n\nWhen you are done, call team_reply with message_id "
-            f"{message.id} and your result (team_followup for progress)."
+            + f"\n{message.body}"
+            + (
+                ""
+                if answers_itself
+                else f"\n\nWhen you are done, call team_reply with message_id {message.id} and "
+                "your result (team_followup for progress)."
+            )
         )
-        from ._agent import AgentSpec
-
         target = member.agent.spawn() if isinstance(member.agent, AgentSpec) else member.agent
         try:
             outcome = await target.prompt(prompt, **query)
@@ -162,7 +170,24 @@ class Team:
         result.processed.append(message)
         if claim.replied or claim.followed_up:
             return
-        reason = f"{member.name} ended ({outcome.subtype}) without team_reply or team_followup"
+        if answers_itself and not outcome.is_error:
+            await self.mailbox.send(
+                TeamMessage(
+                    from_mailbox=message.to_mailbox,
+                    to_mailbox=message.from_mailbox,
+                    kind="reply",
+                    body=outcome.result or "",
+                    thread_id=message.thread_id,
+                    reply_to=message.id,
+                )
+            )
+            await self.mailbox.set_status(message.id, "done", result=outcome.result)
+            return
+        reason = (
+            f"{member.name} ended ({outcome.subtype})"
+            if answers_itself
+            else f"{member.name} ended ({outcome.subtype}) without team_reply or team_followup"
+        )
         failed = await self.mailbox.set_status(message.id, "failed", result=reason)
         result.failed.append(failed)
         await self.mailbox.send(

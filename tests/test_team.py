@@ -542,6 +542,31 @@ async def test_a_stop_cancels_a_host_member_s_work(fake_anthropic, lattice_runti
     assert task.status == "cancelled"
 
 
+async def test_drain_takes_the_answer_of_members_without_tools(fake_anthropic, lattice_runtime):
+    """A nested team or a host AgentLike cannot call team_reply: its final result is its reply."""
+    fake_anthropic.set_handler(
+        by_agent(inner_lead=lambda r: text("inner team says hi"), lead=lambda r: text("unused"))
+    )
+    inner = create_team(name="inner", lead=agent(fake_anthropic, "inner_lead"), members=[])
+    host = HostMember(delay=0)
+    team = create_team(
+        name="outer",
+        lead=agent(fake_anthropic, "lead"),
+        members=[team_member(name="host", agent=host), team_member(name="sub", agent=inner)],
+    )
+    to_host = await team.send("host", "ping", from_="lead")
+    to_sub = await team.send("sub", "hello", from_="lead")
+
+    drained = await team.drain()
+
+    assert [m.id for m in drained.processed] == [to_host.id, to_sub.id] and not drained.failed
+    assert "team_reply" not in host.prompts[0]  # not asked to use a tool it does not have
+    replies = {m.reply_to: m for m in await team.mailbox.inbox("outer::lead")}
+    assert replies[to_host.id].kind == "reply" and replies[to_host.id].body.startswith("host did:")
+    assert replies[to_sub.id].body == "inner team says hi"
+    assert (await team.mailbox.get(to_sub.id)).status == "done"
+
+
 async def test_a_spec_member_gets_mailbox_tools_in_every_session(fake_anthropic, lattice_runtime):
     sessions: list[list[str]] = []
 
