@@ -2,10 +2,10 @@
 
 One long-lived workflow per mailbox store holds the messages. Messages arrive as ``send``
 signals (tasks, replies and follow-ups alike; a team runtime's ``mirror`` and ``settle`` of
-its own work too); ``claim_next`` and ``set_status`` are updates,
-so a claim is atomic and its caller gets the claimed message (or the refusal) back; ``get``,
-``inbox`` and ``thread`` are queries. The workflow runs no activities and holds nothing of
-any one process, so every lattice worker can host it (see ``MAILBOX_TASK_QUEUE``).
+its own work too); ``claim_next`` and ``set_status`` are updates, so a claim is atomic and its
+caller gets the claimed message (or the refusal) back; ``get``, ``inbox`` and ``thread`` are
+queries. The workflow runs no activities and holds nothing of any one process, so every
+lattice worker can host it (see :func:`mailbox_task_queue`).
 
 It continues as new when its history grows past ``max_history_events`` (or Temporal suggests
 it), carrying every open message and the newest ``keep_finished`` finished ones.
