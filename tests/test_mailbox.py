@@ -85,3 +85,22 @@ def test_mailbox_ids_and_options(tmp_path):
     assert create_workflow_mailbox("a team").workflow_id.endswith("team-mailbox-a team")
     with pytest.raises(OptionError, match="max_history_events"):
         create_workflow_mailbox("team", max_history_events=3)
+
+
+async def test_a_workflow_mailbox_no_worker_hosts_says_so(
+    lattice_server, task_queue_prefix, monkeypatch
+):
+    from agent_lattice import ConfigurationError, Runtime
+    from agent_lattice.client import _mailbox
+
+    monkeypatch.setattr(_mailbox, "ANSWER_TIMEOUT_S", 1.0)
+    runtime = await Runtime.connect(lattice_server, inline_workers=False, quiet=True)
+    try:
+        box = create_workflow_mailbox(f"unhosted-{uuid.uuid4().hex[:6]}", runtime=runtime)
+        sent = await box.send(TeamMessage(from_mailbox="u::lead", to_mailbox="u::a", body="x"))
+        assert sent.body == "x"  # a send is a signal: it lands without any worker
+        for read in (box.inbox("u::a"), box.claim_next("u::a")):
+            with pytest.raises(ConfigurationError, match="is a worker hosting task queue"):
+                await read
+    finally:
+        await runtime.close()

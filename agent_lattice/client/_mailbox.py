@@ -4,15 +4,17 @@ status changes are updates, reads are queries."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from .._errors import OptionError
+from .._errors import ConfigurationError, OptionError
 from .._mailbox import MessageStatus, TeamMailbox, TeamMessage
 from ..workflows._mailbox import (
     MAILBOX_WORKFLOW,
@@ -26,6 +28,9 @@ from ..workflows._mailbox import (
 )
 
 __all__ = ["create_workflow_mailbox"]
+
+# How long a read or a claim waits for a worker of the mailbox to answer.
+ANSWER_TIMEOUT_S = 30.0
 
 
 class WorkflowMailbox:
@@ -54,17 +59,35 @@ class WorkflowMailbox:
     async def _ask(self, kind: str, name: str, arg: Any, result_type: Any, missing: Any) -> Any:
         """A query or update of the mailbox workflow; ``missing`` when it was never started."""
         handle = await self._handle()
+        wait = timedelta(seconds=ANSWER_TIMEOUT_S)
         try:
             if kind == "query":
-                return await handle.query(name, arg, result_type=result_type)
-            return await handle.execute_update(name, arg, result_type=result_type)
+                return await handle.query(name, arg, result_type=result_type, rpc_timeout=wait)
+            return await asyncio.wait_for(
+                handle.execute_update(name, arg, result_type=result_type, rpc_timeout=wait),
+                ANSWER_TIMEOUT_S,
+            )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return missing
+            if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise self._unanswered(name, kind) from err
             raise
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            raise self._unanswered(name, kind) from err
         except WorkflowUpdateFailedError as err:  # refused by the workflow's validator
             cause = err.cause or err
             raise OptionError(getattr(cause, "message", None) or str(cause)) from None
+
+    def _unanswered(self, operation: str, kind: str) -> ConfigurationError:
+        # an update the server accepted may still be applied once a worker answers
+        later = " (it may still take effect when one does)" if kind == "update" else ""
+        return ConfigurationError(
+            f"team mailbox {self.workflow_id!r} did not answer {operation} within "
+            f"{ANSWER_TIMEOUT_S:g} s{later}: is a worker hosting task queue "
+            f"{mailbox_task_queue()!r}? Inline workers (the default) and `lattice worker APP` "
+            "host it."
+        )
 
     async def _signal(self, name: str, arg: Any) -> None:
         """A signal to the mailbox workflow, starting it first if needed; durable once this
