@@ -148,7 +148,8 @@ class QueryRun:
                     "workers): the tracer is an object of this process. For runs served by "
                     "`lattice worker`, give the agent its tracer in create_agent(tracer=...)."
                 )
-            # this query and every run it delegates to report to the tracer (see _tracing)
+            # this query and every run it delegates to report to the tracer (bound here, by
+            # session id, for this process's workers: see Runtime.bind_query_tracer)
             runtime.bind_query_tracer(agent.session_id, self.tracer, self.workflow_id)
             self._traced_on = runtime
             run_input.traced = True
