@@ -99,8 +99,10 @@ def resolve_agent(target: str) -> Agent | Team:
         raise ConfigurationError(
             f"{app!r} has no agent named {name!r}; found: {', '.join(app_agents(module))}"
         )
-    if isinstance(value, AgentSpec | Team):
-        return value if isinstance(value, Team) else agent
+    if isinstance(value, Team):
+        return value  # run through its lead, members and mailbox as the app defined them
+    if isinstance(value, AgentSpec):
+        return agent
     return Agent(agent.config)
 
 
