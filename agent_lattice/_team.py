@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from ._errors import OptionError
-from ._mailbox import TeamMailbox, TeamMessage, check_mailbox, mailbox_id
+from ._mailbox import (
+    FINAL_STATUSES,
+    MessageKind,
+    TeamMailbox,
+    TeamMessage,
+    check_mailbox,
+    mailbox_id,
+)
 from ._messages import ResultMessage, SDKMessage
 from ._options import check_options
 from ._tools import ToolDefinition, ToolResult, tool
@@ -171,16 +178,7 @@ class Team:
         if claim.replied or claim.followed_up:
             return
         if answers_itself and not outcome.is_error:
-            await self.mailbox.send(
-                TeamMessage(
-                    from_mailbox=message.to_mailbox,
-                    to_mailbox=message.from_mailbox,
-                    kind="reply",
-                    body=outcome.result or "",
-                    thread_id=message.thread_id,
-                    reply_to=message.id,
-                )
-            )
+            await self.mailbox.send(_answer_to(message, "reply", outcome.result or ""))
             await self.mailbox.set_status(message.id, "done", result=outcome.result)
             return
         reason = (
@@ -190,17 +188,23 @@ class Team:
         )
         failed = await self.mailbox.set_status(message.id, "failed", result=reason)
         result.failed.append(failed)
-        await self.mailbox.send(
-            TeamMessage(
-                from_mailbox=message.to_mailbox,
-                to_mailbox=message.from_mailbox,
-                kind="followup",
-                body=f"Message {message.id} failed: {reason}. Its final text was: "
-                f"{(outcome.result or '')[:500]}",
-                thread_id=message.thread_id,
-                reply_to=message.id,
-            )
+        diagnostic = (
+            f"Message {message.id} failed: {reason}. Its final text was: "
+            f"{(outcome.result or '')[:500]}"
         )
+        await self.mailbox.send(_answer_to(message, "followup", diagnostic))
+
+
+def _answer_to(original: TeamMessage, kind: MessageKind, body: str) -> TeamMessage:
+    """A reply or follow-up to ``original``, from the mailbox it was sent to, in its thread."""
+    return TeamMessage(
+        from_mailbox=original.to_mailbox,
+        to_mailbox=original.from_mailbox,
+        kind=kind,
+        body=body,
+        thread_id=original.thread_id,
+        reply_to=original.id,
+    )
 
 
 def create_team(**options: Any) -> Team:
@@ -357,26 +361,17 @@ def mailbox_tools(team: Team, owner: str) -> list[ToolDefinition[Any]]:
             return ToolResult(content=f"No message {input.message_id!r}.", is_error=True)
         return ToolResult(content=json.dumps(describe(message)))
 
-    async def answer(input: _Answer, kind: str) -> ToolResult:
+    async def answer(input: _Answer, kind: MessageKind) -> ToolResult:
         original = await team.mailbox.get(input.message_id)
         if original is None or original.to_mailbox != me:
             return ToolResult(
                 content=f"{input.message_id!r} is not a message in your mailbox ({me}).",
                 is_error=True,
             )
-        sent = await team.mailbox.send(
-            TeamMessage(
-                from_mailbox=me,
-                to_mailbox=original.from_mailbox,
-                kind=kind,  # type: ignore[arg-type]
-                body=input.body,
-                thread_id=original.thread_id,
-                reply_to=original.id,
-            )
-        )
+        sent = await team.mailbox.send(_answer_to(original, kind, input.body))
         claim = team._claims.get(original.id)
         if kind == "reply":
-            if original.status not in ("done", "failed", "cancelled"):
+            if original.status not in FINAL_STATUSES:
                 await team.mailbox.set_status(original.id, "done", result=input.body)
             if claim is not None:
                 claim.replied = True
