@@ -267,18 +267,31 @@ def create_team(**options: Any) -> Team:
     return team
 
 
+def has_mailbox_tools(agent: Any) -> bool:
+    """Whether an Agent, or the sessions an AgentSpec spawns, have the mailbox tools."""
+    from ._agent import Agent, AgentSpec
+
+    if isinstance(agent, Agent):
+        return agent.tool("team_reply") is not None
+    if isinstance(agent, AgentSpec):
+        return any(
+            getattr(t, "name", None) == "team_reply" for t in agent.options.get("tools") or []
+        )
+    return False
+
+
 def _with_mailbox_tools(team: Team, member: TeamMember) -> TeamMember:
     from ._agent import Agent, AgentSpec
 
     agent = member.agent
-    if isinstance(agent, Agent) and agent.tool("team_reply") is None:
-        extra = mailbox_tools(team, member.name)
+    if has_mailbox_tools(agent):
+        return member
+    extra = mailbox_tools(team, member.name)
+    if isinstance(agent, Agent):
         agent.config = dataclasses.replace(agent.config, tools=(*agent.config.tools, *extra))
     elif isinstance(agent, AgentSpec):
         own = list(agent.options.get("tools") or [])
-        if not any(getattr(t, "name", None) == "team_reply" for t in own):
-            extra = mailbox_tools(team, member.name)
-            agent = AgentSpec({**agent.options, "tools": [*own, *extra]})
+        agent = AgentSpec({**agent.options, "tools": [*own, *extra]})
     return dataclasses.replace(member, agent=agent)
 
 

@@ -24,6 +24,7 @@ from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, 
 from .._messages import ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlock, Usage
 from .._skills import skills_prompt
 from .._streaming import StreamSender
+from .._team import has_mailbox_tools
 from .._tools import PermissionRequest, ToolContext, ToolResult
 from .._tracing import ContextTracer, TraceEvent
 from .._transcripts import (
@@ -385,7 +386,8 @@ class AgentActivities:
         else:
             result = delegation.result_of(finished)
             # the member's team_reply to this message, when it sent one, is its report
-            content = await _reply_to(lead, handoff) or text_of(result.content)
+            replied = await _reply_to(lead, handoff) if _can_reply(delegation) else None
+            content = replied or text_of(result.content)
             status = "failed" if result.is_error else "completed"
             if finished.subtype in ("interrupted", "error_abort"):
                 status = "cancelled"
@@ -486,7 +488,7 @@ class AgentActivities:
         if delegation.kind == "adapter":  # a host AgentLike: lattice.team_adapter runs it
             return handoff.model_copy(update={"adapter": True})
         task = handoff.task
-        if delegation.inner_team is None and _has_mailbox_tools(delegation):
+        if _can_reply(delegation):
             task += (
                 f"\n\n[team {handoff.team} · message_id {handoff.message_id} from "
                 f"{handoff.from_mailbox}] Your final answer is your report; you may instead "
@@ -580,13 +582,9 @@ async def _mirror(mailbox: TeamMailbox, message: TeamMessage) -> None:
         await mailbox.set_status(message.id, message.status, result=message.result)
 
 
-def _has_mailbox_tools(delegation: Delegation) -> bool:
-    if delegation.kind == "session":
-        return delegation.target.tool("team_reply") is not None
-    if delegation.kind == "spec":
-        tools = delegation.target.options.get("tools") or []
-        return any(getattr(t, "name", None) == "team_reply" for t in tools)
-    return False
+def _can_reply(delegation: Delegation) -> bool:
+    """A handoff's member can answer with team_reply: its task names the message id."""
+    return delegation.inner_team is None and has_mailbox_tools(delegation.target)
 
 
 async def _reply_to(lead: Agent, handoff: Handoff) -> str | None:
