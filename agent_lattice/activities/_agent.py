@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -310,17 +310,15 @@ class AgentActivities:
                 return await refuse(started)
             child_input, workflow_id, queue, team_child = started
             if delegation.team is not None and delegation.member is not None:
-                await _record_ask(
-                    parent,
-                    TeamMessage(
-                        id=_message_id(f"{info.workflow_id}/{use.id}"),
-                        from_mailbox=mailbox_id(delegation.team, "lead"),
-                        to_mailbox=mailbox_id(delegation.team, delegation.member),
-                        body=prompt if isinstance(prompt, str) else json.dumps(prompt),
-                        status="processing",
-                        metadata={"mode": "ask", "tool_use_id": use.id, "workspace_grants": grants},
-                    ),
+                asked = TeamMessage(
+                    id=_message_id(f"{info.workflow_id}/{use.id}"),
+                    from_mailbox=mailbox_id(delegation.team, "lead"),
+                    to_mailbox=mailbox_id(delegation.team, delegation.member),
+                    body=prompt if isinstance(prompt, str) else json.dumps(prompt),
+                    status="processing",
+                    metadata={"mode": "ask", "tool_use_id": use.id, "workspace_grants": grants},
                 )
+                await _record_ask(parent, lambda mailbox: _mirror(mailbox, asked))
             return DelegatePrepared(
                 child=child_input, workflow_id=workflow_id, task_queue=queue, team_child=team_child
             )
@@ -534,9 +532,12 @@ class AgentActivities:
         else:
             result = delegation.result_of(output.result)
         if delegation.team is not None:  # an ask to a team member: its mailbox message ends
-            finished = "failed" if result.is_error else "done"
             message_id = _message_id(f"{activity.info().workflow_id}/{use.id}")
-            await _record_ask(parent, message_id, finished, text_of(result.content))
+            status: MessageStatus = "failed" if result.is_error else "done"
+            answer = text_of(result.content)
+            await _record_ask(
+                parent, lambda mailbox: _settle_message(mailbox, message_id, status, answer)
+            )
         return await self._settle(parent, use, result, tracer)
 
     @activity.defn(name="lattice.tool_result_hooks")
@@ -610,32 +611,28 @@ async def _reply_to(lead: Agent, handoff: Handoff) -> str | None:
         return None
 
 
-async def _record_ask(
-    lead: Agent,
-    message: TeamMessage | str,
-    status: MessageStatus | None = None,
-    result: str | None = None,
+async def _settle_message(
+    mailbox: TeamMailbox, message_id: str, status: MessageStatus, result: str | None
 ) -> None:
-    """An ``ask`` to a team member as a mailbox message: sent as ``processing`` when the
-    member starts, then ``done``/``failed`` (by id) with its answer. Best effort: the answer
-    reaches the lead even when the mailbox cannot be written."""
-    team = lead._team
-    if team is None:
+    """End an open message known only by id (a missing or finished one is left alone)."""
+    if isinstance(mailbox, WorkflowMailbox):  # one signal, as for _mirror
+        await mailbox.settle(message_id, status, result)
+        return
+    stored = await mailbox.get(message_id)
+    if stored is not None and stored.status not in FINAL_STATUSES:
+        await mailbox.set_status(message_id, status, result=result)
+
+
+async def _record_ask(lead: Agent, write: Callable[[TeamMailbox], Awaitable[None]]) -> None:
+    """An ``ask`` to a team member kept as a mailbox message (``processing``, then
+    ``done``/``failed`` with its answer). Best effort: the answer reaches the lead even when
+    the mailbox cannot be written."""
+    if lead._team is None:
         return
     try:
-        if isinstance(message, TeamMessage):
-            await _mirror(team.mailbox, message)
-            return
-        if isinstance(team.mailbox, WorkflowMailbox) and status is not None:
-            await team.mailbox.settle(message, status, result)
-            return
-        stored = await team.mailbox.get(message)
-        if stored is not None and status is not None:
-            await _mirror(
-                team.mailbox, stored.model_copy(update={"status": status, "result": result})
-            )
+        await write(lead._team.mailbox)
     except Exception as err:
-        activity.logger.warning("team mailbox not updated for ask %s: %s", message, err)
+        activity.logger.warning("team mailbox not updated for an ask: %s", err)
 
 
 class _Delegated:
