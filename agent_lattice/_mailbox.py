@@ -21,8 +21,9 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -37,6 +38,8 @@ __all__ = [
     "create_sqlite_mailbox",
     "mailbox_id",
 ]
+
+T = TypeVar("T")
 
 MessageStatus = Literal["pending", "processing", "done", "failed", "cancelled"]
 MessageKind = Literal["task", "reply", "followup", "message"]
@@ -231,31 +234,36 @@ class _SqliteMailbox:
         await self._run(insert)
         return message
 
-    async def claim_next(self, mailbox: str) -> TeamMessage | None:
-        def claim() -> TeamMessage | None:
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")  # one writer at a time: no double claim
-            try:
-                row = db.execute(
-                    f"SELECT {_COLUMNS} FROM {self._table} WHERE to_mailbox = ? AND "
-                    "status = 'pending' ORDER BY seq LIMIT 1",
-                    (mailbox,),
-                ).fetchone()
-                if row is None:
-                    db.execute("COMMIT")
-                    return None
-                claimed = _transition(_message(row), "processing", None)
-                db.execute(
-                    f"UPDATE {self._table} SET status = ?, updated_at = ? WHERE id = ?",
-                    (claimed.status, claimed.updated_at, claimed.id),
-                )
-                db.execute("COMMIT")
-                return claimed
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body`` in a write transaction taken at once (``BEGIN IMMEDIATE``): one writer at
+        a time, so a read-then-update never races another process's."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            done = body(db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return done
 
-        return await self._run(claim)
+    async def claim_next(self, mailbox: str) -> TeamMessage | None:
+        def claim(db: sqlite3.Connection) -> TeamMessage | None:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM {self._table} WHERE to_mailbox = ? AND "
+                "status = 'pending' ORDER BY seq LIMIT 1",
+                (mailbox,),
+            ).fetchone()
+            if row is None:
+                return None
+            claimed = _transition(_message(row), "processing", None)
+            db.execute(
+                f"UPDATE {self._table} SET status = ?, updated_at = ? WHERE id = ?",
+                (claimed.status, claimed.updated_at, claimed.id),
+            )
+            return claimed
+
+        return await self._run(self._write, claim)
 
     async def get(self, message_id: str) -> TeamMessage | None:
         found = await self._run(self._select, "id = ?", (message_id,))
@@ -274,25 +282,18 @@ class _SqliteMailbox:
     async def set_status(
         self, message_id: str, status: MessageStatus, *, result: str | None = None
     ) -> TeamMessage:
-        def update() -> TeamMessage:
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                found = self._select("id = ?", (message_id,))
-                if not found:
-                    raise _unknown(message_id)
-                changed = _transition(found[0], status, result)
-                db.execute(
-                    f"UPDATE {self._table} SET status = ?, result = ?, updated_at = ? WHERE id = ?",
-                    (changed.status, changed.result, changed.updated_at, changed.id),
-                )
-                db.execute("COMMIT")
-                return changed
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        def update(db: sqlite3.Connection) -> TeamMessage:
+            found = self._select("id = ?", (message_id,))
+            if not found:
+                raise _unknown(message_id)
+            changed = _transition(found[0], status, result)
+            db.execute(
+                f"UPDATE {self._table} SET status = ?, result = ?, updated_at = ? WHERE id = ?",
+                (changed.status, changed.result, changed.updated_at, changed.id),
+            )
+            return changed
 
-        return await self._run(update)
+        return await self._run(self._write, update)
 
 
 def create_sqlite_mailbox(*, path: str | Path, table: str = "lattice_team_messages") -> TeamMailbox:
