@@ -242,7 +242,7 @@ def create_team(**options: Any) -> Team:
     mailbox = options.get("mailbox")
     if mailbox is None:  # the default: kept by Temporal, named after the team
         mailbox = create_workflow_mailbox(name)
-        mailbox.runtime_of = lambda: lead._runtime  # type: ignore[attr-defined]
+        mailbox.runtime_of = lambda: lead._runtime
     else:
         mailbox = check_mailbox(mailbox, "create_team()")
     taken = {t.name for t in lead.config.tools}

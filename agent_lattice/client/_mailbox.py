@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._errors import ConfigurationError, OptionError
-from .._mailbox import MessageStatus, TeamMailbox, TeamMessage
+from .._mailbox import MessageStatus, TeamMessage
 from ..workflows._mailbox import (
     MAILBOX_WORKFLOW,
     ClaimRequest,
@@ -42,7 +43,7 @@ class WorkflowMailbox:
         self._runtime = runtime
         self._max_history_events = max_history_events
         # a team's default mailbox uses its lead's runtime (bound before or after create_team)
-        self.runtime_of: Any = lambda: None
+        self.runtime_of: Callable[[], Any] = lambda: None
 
     async def _client(self) -> Any:
         if activity.in_activity():  # a member's mailbox tool, in a worker
@@ -148,7 +149,7 @@ class WorkflowMailbox:
 
 def create_workflow_mailbox(
     name: str, *, runtime: Any = None, max_history_events: int = 2000
-) -> TeamMailbox:
+) -> WorkflowMailbox:
     """A mailbox kept by a Temporal workflow (``team-mailbox-<name>``), durable and shared
     by every process of the namespace; a team's default is the one named after the team.
     Sends are signals, ``claim_next``/``set_status`` updates, reads queries. ``runtime``:
