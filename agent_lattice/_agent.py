@@ -164,8 +164,9 @@ class AgentConfig:
     tracer: ContextTracer | None = None
     history_store: HistoryStore | None = None
     auto_compact: CompactionSettings | None = None
-    # False: no workspace (bare); a path: where the agent's workspace lives
-    workspace: str | bool | None = None
+    # False: no workspace (bare); a path: where the agent's workspace lives; a mapping: path,
+    # env, sandbox, network (see _workspace.check_workspace_option)
+    workspace: str | bool | dict[str, Any] | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -257,12 +258,10 @@ class AgentConfig:
         return hashlib.sha256(raw).hexdigest()[:12]
 
 
-def _workspace(value: Any) -> str | bool | None:
-    if value is None or value is False:
-        return value
-    if isinstance(value, str | os.PathLike) and str(value):
-        return os.fspath(value)
-    raise OptionError(f"AgentOptions: workspace must be a path or False; got {value!r}")
+def _workspace(value: Any) -> str | bool | dict[str, Any] | None:
+    from ._workspace import check_workspace_option
+
+    return check_workspace_option(value)
 
 
 def _tracer(value: Any) -> ContextTracer | None:
@@ -297,15 +296,15 @@ class Agent:
         # the private workspace and its built-in tools (create_agent; not create_bare_agent)
         self.workspace: Path | None = None
         if builtin and config.workspace is not False:
-            from ._workspace import create_agent_workspace_tools, default_workspace
+            from ._workspace import agent_workspace, default_workspace
 
-            root = (
-                Path(config.workspace).expanduser().resolve()
-                if isinstance(config.workspace, str)
-                else default_workspace(config.name, self.session_id)
+            root, builtins = agent_workspace(
+                config.workspace,  # type: ignore[arg-type] - not False here
+                default_workspace(config.name, self.session_id),
+                secrets=[config.api_key] if config.api_key else [],
             )
             own = {t.name for t in config.tools}
-            extra = [t for t in create_agent_workspace_tools(root) if t.name not in own]
+            extra = [t for t in builtins if t.name not in own]
             config = dataclasses.replace(config, tools=(*config.tools, *extra))
             self.workspace = root
         self.config = config

@@ -15,22 +15,24 @@ import asyncio
 import fnmatch
 import json
 import os
-import re
-import shlex
-import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ._bash import bash_write_targets
 from ._errors import OptionError
+from ._options import check_options
+from ._sandbox import ShellSettings, run_command, shell_environment
+from ._search import OUTPUT_LIMIT, GrepInput, glob_files, grep_files, truncate
 from ._tools import ToolContext, ToolDefinition, ToolResult, tool
 
 __all__ = [
     "WORKSPACE_TOOL_NAMES",
     "Boundary",
+    "bash_write_targets",
     "create_agent_workspace_tools",
     "create_builtin_tools",
     "default_workspace",
@@ -38,10 +40,8 @@ __all__ = [
 ]
 
 WORKSPACE_TOOL_NAMES = ("Read", "Write", "Edit", "LS", "Glob", "Grep", "Bash")
-OUTPUT_LIMIT = 30_000  # characters of tool output before truncation
 READ_LINES = 2000
 LINE_CHARS = 2000
-GLOB_LIMIT = 200
 BASH_TIMEOUT_S = 120
 BASH_MAX_TIMEOUT_S = 600
 
@@ -113,12 +113,6 @@ class Boundary:
         return ToolResult(content=json.dumps(payload, ensure_ascii=False), is_error=True)
 
 
-def _truncate(text: str, limit: int = OUTPUT_LIMIT) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n… [output truncated: {len(text) - limit} more characters not shown]"
-
-
 # -- inputs ----------------------------------------------------------------------------------
 
 
@@ -152,18 +146,6 @@ class GlobInput(BaseModel):
     path: str | None = Field(None, description="Directory to search from (default: the workspace).")
 
 
-class GrepInput(BaseModel):
-    pattern: str = Field(description="A regular expression.")
-    path: str | None = Field(
-        None, description="File or directory to search (default: the workspace)."
-    )
-    glob: str | None = Field(None, description='Only files matching this glob, e.g. "*.py".')
-    type: str | None = Field(None, description='Only files of this type, e.g. "py", "js", "md".')
-    output_mode: Literal["files_with_matches", "content", "count"] = "files_with_matches"
-    case_insensitive: bool = False
-    head_limit: int | None = Field(None, ge=1, description="Return at most this many lines.")
-
-
 class BashInput(BaseModel):
     command: str
     timeout: float | None = Field(
@@ -172,50 +154,87 @@ class BashInput(BaseModel):
     description: str | None = None
 
 
-_TYPES = {
-    "py": ("*.py", "*.pyi"),
-    "js": ("*.js", "*.mjs", "*.cjs", "*.jsx"),
-    "ts": ("*.ts", "*.tsx"),
-    "md": ("*.md", "*.markdown"),
-    "json": ("*.json",),
-    "yaml": ("*.yaml", "*.yml"),
-    "sh": ("*.sh", "*.bash"),
-    "txt": ("*.txt",),
-    "go": ("*.go",),
-    "rust": ("*.rs",),
-    "java": ("*.java",),
-    "c": ("*.c", "*.h"),
-    "cpp": ("*.cpp", "*.cc", "*.hpp", "*.hh"),
-    "html": ("*.html", "*.htm"),
-    "css": ("*.css",),
-    "toml": ("*.toml",),
-}
-_SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".ruff_cache"}
-
-
 # -- the tools -------------------------------------------------------------------------------
 
 
 def create_builtin_tools(
-    *, cwd: str | os.PathLike[str], allowed_directories: Sequence[str | os.PathLike[str]] = ()
+    *,
+    cwd: str | os.PathLike[str],
+    allowed_directories: Sequence[str | os.PathLike[str]] = (),
+    env: Mapping[str, str | None] | Sequence[str] | None = None,
+    sandbox: str = "auto",
+    network: bool = True,
+    secrets: Sequence[str] = (),
 ) -> list[ToolDefinition[object]]:
     """Read, Write, Edit, LS, Glob, Grep and Bash working in ``cwd``; writes are allowed
-    under ``allowed_directories`` (and the query's workspace grants)."""
+    under ``allowed_directories`` (and the query's workspace grants).
+
+    Bash gets the worker's environment without credentials; ``env`` passes variables on
+    purpose (``{"NAME": "value"}``, or ``None``/a list of names for the worker's own value).
+    ``secrets`` are values no command may see (a variable holding one is dropped)."""
+    kind = "create_builtin_tools()"
     if not os.fspath(cwd):
-        raise OptionError("create_builtin_tools(): cwd must be a directory path")
-    base = Boundary.of(cwd, allowed_directories)
-    return _tools(base)
+        raise OptionError(f"{kind}: cwd must be a directory path")
+    shell = ShellSettings.of(kind, env=env, sandbox=sandbox, network=network, secrets=secrets)
+    return _tools(Boundary.of(cwd, allowed_directories), shell)
 
 
 def create_agent_workspace_tools(
-    workspace: str | os.PathLike[str], *, extra_roots: Sequence[str | os.PathLike[str]] = ()
+    workspace: str | os.PathLike[str],
+    *,
+    extra_roots: Sequence[str | os.PathLike[str]] = (),
+    env: Mapping[str, str | None] | Sequence[str] | None = None,
+    sandbox: str = "auto",
+    network: bool = True,
+    secrets: Sequence[str] = (),
 ) -> list[ToolDefinition[object]]:
     """The built-in tools of an agent whose private workspace is ``workspace``: it is the
     working directory and the writable root (with ``extra_roots``)."""
-    return create_builtin_tools(cwd=workspace, allowed_directories=[workspace, *extra_roots])
+    return create_builtin_tools(
+        cwd=workspace,
+        allowed_directories=[workspace, *extra_roots],
+        env=env,
+        sandbox=sandbox,
+        network=network,
+        secrets=secrets,
+    )
 
 
-def _tools(base: Boundary) -> list[ToolDefinition[object]]:
+_WORKSPACE_OPTIONS = ("path", "env", "sandbox", "network")
+
+
+def check_workspace_option(value: Any) -> str | bool | dict[str, Any] | None:
+    """``create_agent(workspace=)``: a path, False, or a mapping of ``path`` (optional),
+    ``env``, ``sandbox`` and ``network`` (checked here, at assembly)."""
+    if value is None or value is False:
+        return value
+    if isinstance(value, str | os.PathLike) and os.fspath(value):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        check_options("AgentOptions.workspace", value, _WORKSPACE_OPTIONS)
+        path = value.get("path")
+        if path is not None and not (isinstance(path, str | os.PathLike) and os.fspath(path)):
+            raise OptionError(f"AgentOptions: workspace.path must be a path; got {path!r}")
+        shell = {k: v for k, v in value.items() if k != "path"}
+        ShellSettings.of("AgentOptions: workspace", **shell)
+        return {**shell, "path": None if path is None else os.fspath(path)}
+    raise OptionError(
+        "AgentOptions: workspace must be a path, False, or a mapping with path, env, sandbox "
+        f"and network; got {value!r}"
+    )
+
+
+def agent_workspace(
+    option: str | dict[str, Any] | None, default: Path, *, secrets: Sequence[str]
+) -> tuple[Path, list[ToolDefinition[object]]]:
+    """The workspace root and built-in tools of a ``create_agent()`` session."""
+    shell = dict(option) if isinstance(option, dict) else {}
+    path = shell.pop("path", None) if isinstance(option, dict) else option
+    root = Path(path).expanduser().resolve() if path else default
+    return root, create_agent_workspace_tools(root, secrets=secrets, **shell)
+
+
+def _tools(base: Boundary, shell: ShellSettings) -> list[ToolDefinition[object]]:
     def boundary(ctx: ToolContext) -> Boundary:
         Path(base.cwd).mkdir(parents=True, exist_ok=True)  # a workspace exists from first use
         return base.with_grants(ctx.workspace_grants)
@@ -253,11 +272,11 @@ def _tools(base: Boundary) -> list[ToolDefinition[object]]:
     async def glob(input: GlobInput, ctx: ToolContext) -> ToolResult:
         b = boundary(ctx)
         root = _resolve(input.path or ".", b.cwd)
-        return await asyncio.to_thread(_glob, root, input.pattern)
+        return await asyncio.to_thread(glob_files, root, input.pattern)
 
     async def grep(input: GrepInput, ctx: ToolContext) -> ToolResult:
         b = boundary(ctx)
-        return await _grep(_resolve(input.path or ".", b.cwd), input)
+        return await grep_files(_resolve(input.path or ".", b.cwd), input)
 
     async def bash(input: BashInput, ctx: ToolContext) -> ToolResult:
         b = boundary(ctx)
@@ -265,7 +284,9 @@ def _tools(base: Boundary) -> list[ToolDefinition[object]]:
             denied = b.denial("Bash", path)
             if denied is not None:
                 return denied
-        return await _bash(input, b.cwd)
+        timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
+        env = shell_environment(os.environ, shell)
+        return await run_command(input.command, cwd=b.cwd, env=env, timeout=timeout)
 
     return [
         tool(
@@ -374,237 +395,4 @@ def _ls(path: Path, ignore: list[str]) -> ToolResult:
         for e in path.iterdir()
         if not any(fnmatch.fnmatch(e.name, pat) for pat in ignore)
     )
-    return ToolResult(content=_truncate(f"{path}/\n" + "\n".join(f"  {n}" for n in names)))
-
-
-def _glob(root: Path, pattern: str) -> ToolResult:
-    if not root.is_dir():
-        return ToolResult(content=f"Not a directory: {root}", is_error=True)
-    matches = [p for p in root.glob(pattern) if p.is_file() and not (_SKIP_DIRS & set(p.parts))]
-    matches.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    lines = [str(p) for p in matches[:GLOB_LIMIT]]
-    if len(matches) > GLOB_LIMIT:
-        lines.append(f"… [{len(matches) - GLOB_LIMIT} more files not shown; narrow the pattern]")
-    return ToolResult(content="\n".join(lines) or f"No files match {pattern!r} under {root}")
-
-
-def _grep_files(root: Path, input: GrepInput) -> list[Path]:
-    if root.is_file():
-        return [root]
-    patterns = [input.glob] if input.glob else []
-    if input.type:
-        patterns += list(_TYPES.get(input.type, (f"*.{input.type}",)))
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            if not patterns or any(fnmatch.fnmatch(name, p) for p in patterns):
-                files.append(Path(dirpath, name))
-    return files
-
-
-def _grep_python(root: Path, input: GrepInput) -> list[str]:
-    regex = re.compile(input.pattern, re.IGNORECASE if input.case_insensitive else 0)
-    out: list[str] = []
-    for file in _grep_files(root, input):
-        try:
-            with file.open("rb") as f:
-                if b"\0" in f.read(8192):
-                    continue
-            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        hits = [(n, line) for n, line in enumerate(lines, 1) if regex.search(line)]
-        if not hits:
-            continue
-        if input.output_mode == "files_with_matches":
-            out.append(str(file))
-        elif input.output_mode == "count":
-            out.append(f"{file}:{len(hits)}")
-        else:
-            out.extend(f"{file}:{n}:{line}" for n, line in hits)
-    return out
-
-
-async def _grep(root: Path, input: GrepInput) -> ToolResult:
-    try:
-        re.compile(input.pattern)
-    except re.error as err:
-        return ToolResult(content=f"Invalid regular expression: {err}", is_error=True)
-    if not await asyncio.to_thread(root.exists):
-        return ToolResult(content=f"Path not found: {root}", is_error=True)
-    rg = shutil.which("rg")
-    lines = await (
-        _grep_rg(rg, root, input) if rg else asyncio.to_thread(_grep_python, root, input)
-    )
-    if input.head_limit is not None:
-        lines = lines[: input.head_limit]
-    return ToolResult(content=_truncate("\n".join(lines)) or f"No matches for {input.pattern!r}")
-
-
-async def _grep_rg(rg: str, root: Path, input: GrepInput) -> list[str]:
-    args = [rg, "--no-heading", "--color", "never", "--sort", "path"]
-    args += {"files_with_matches": ["-l"], "count": ["-c"], "content": ["-n", "--with-filename"]}[
-        input.output_mode
-    ]
-    if input.case_insensitive:
-        args.append("-i")
-    if input.glob:
-        args += ["--glob", input.glob]
-    if input.type:
-        for pattern in _TYPES.get(input.type, (f"*.{input.type}",)):
-            args += ["--glob", pattern]
-    args += ["-e", input.pattern, str(root)]
-    proc = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
-    out, _ = await proc.communicate()
-    return out.decode("utf-8", errors="replace").splitlines()
-
-
-async def _bash(input: BashInput, cwd: Path) -> ToolResult:
-    timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
-    proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        input.command,
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        stdin=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        _kill(proc)
-        await proc.wait()
-        return ToolResult(
-            content=f"Command timed out after {timeout:g} s and was killed.", is_error=True
-        )
-    except asyncio.CancelledError:  # the query was aborted: do not leave the command running
-        _kill(proc)
-        raise
-    text = _truncate(out.decode("utf-8", errors="replace"))
-    code = proc.returncode
-    return ToolResult(content=f"{text}\n[exit code {code}]".lstrip("\n"), is_error=code != 0)
-
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-# -- best-effort detection of the files a shell command writes -------------------------------
-
-_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "\n"}
-_REDIRECT = re.compile(r"^(\d*|&)(>>?|>\|)(.*)$")
-_WRITERS_LAST = {"cp", "mv", "install", "ln"}
-_WRITERS_ALL = {"rm", "mkdir", "touch", "rmdir", "truncate", "chmod", "chown", "unlink", "shred"}
-
-
-def _simple_commands(command: str) -> list[list[str]]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    commands: list[list[str]] = [[]]
-    try:
-        tokens = list(lexer)
-    except ValueError:  # unbalanced quotes: judge the words we can see
-        tokens = command.split()
-    for token in tokens:
-        if token in _SEPARATORS or token in {"&&", "||", ";;"}:
-            commands.append([])
-        else:
-            commands[-1].append(token)
-    return [c for c in commands if c]
-
-
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-def _strip_heredocs(command: str) -> str:
-    """Drop heredoc bodies (their text is data, not shell words)."""
-    lines = command.split("\n")
-    out: list[str] = []
-    ending: list[str] = []
-    for line in lines:
-        if ending:
-            if line.strip() == ending[0]:
-                ending.pop(0)
-            continue
-        out.append(line)
-        ending = [m.group(2) for m in _HEREDOC.finditer(line)]
-    return "\n".join(out)
-
-
-def bash_write_targets(command: str) -> list[str]:
-    """Paths a shell command obviously writes: redirection targets (``>``, ``>>``, heredocs
-    into files), ``tee``, ``cp``/``mv``/``install``/``ln`` destinations, ``rm``/``mkdir``/
-    ``touch``/… operands, ``sed -i`` files, ``dd of=``. Best-effort by design."""
-    targets: list[str] = []
-    for words in _simple_commands(_strip_heredocs(command)):
-        i = 0
-        plain: list[str] = []
-        while i < len(words):
-            word = words[i]
-            if word in {">", ">>", ">|"} or re.fullmatch(r"\d*>>?|&>>?", word):
-                if i + 1 < len(words) and not words[i + 1].startswith("&"):
-                    targets.append(words[i + 1])
-                i += 2
-                continue
-            if word in {">&", "<&"}:  # fd duplication (2>&1): not a file
-                i += 2
-                continue
-            if word in {"<", "<<", "<<<", "<<-"} or re.fullmatch(r"\d*<", word):
-                i += 2  # input redirection / heredoc marker: not a write
-                continue
-            match = _REDIRECT.match(word)
-            if match and match.group(3) and not match.group(3).startswith("&"):
-                targets.append(match.group(3))
-                i += 1
-                continue
-            plain.append(word)
-            i += 1
-        targets += _command_targets(plain)
-    return targets
-
-
-def _command_targets(words: list[str]) -> list[str]:
-    while words and ("=" in words[0] and not words[0].startswith("-")):
-        words = words[1:]  # VAR=value prefixes
-    while words and words[0] in {"sudo", "env", "nohup", "time", "command", "exec", "xargs"}:
-        words = words[1:]
-    if not words:
-        return []
-    name, args = os.path.basename(words[0]), words[1:]
-    operands = [a for a in args if not a.startswith("-")]
-    if name == "tee":
-        return operands
-    if name in _WRITERS_LAST:
-        if "-t" in args:  # cp -t DIR files...
-            return [args[args.index("-t") + 1]] if args.index("-t") + 1 < len(args) else []
-        return operands[-1:] if len(operands) >= 2 else []
-    if name in _WRITERS_ALL:
-        if name in {"chmod", "chown"}:
-            return operands[1:]
-        if name == "truncate":
-            return [o for o in operands if not re.fullmatch(r"[+-]?\d+[KMG]?", o)]
-        return operands
-    if name == "sed" and any(a == "-i" or (a.startswith("-i") and len(a) > 2) for a in args):
-        files, scripted, skip = [], False, False
-        for a in args:
-            if skip:
-                skip = False
-            elif a in {"-e", "-f", "--expression", "--file"}:
-                scripted, skip = True, True
-            elif not a.startswith("-"):
-                files.append(a)
-        return files if scripted else files[1:]
-    if name == "dd":
-        return [a[3:] for a in args if a.startswith("of=")]
-    return []
+    return ToolResult(content=truncate(f"{path}/\n" + "\n".join(f"  {n}" for n in names)))

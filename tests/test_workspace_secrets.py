@@ -1,0 +1,148 @@
+"""Bash runs without the worker's credentials: nothing secret reaches the model, the history
+or LATTICE_HOME (issue 13, section 4)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from agent_lattice import OptionError, ToolContext, create_agent, create_builtin_tools
+from agent_lattice.testing import Script, text, tool_use
+
+PROVIDER_KEY = "sk-ant-canary-provider-7d1e0c9b5a3f"
+TEMPORAL_KEY = "tmprl-canary-cloud-1f2e3d4c5b6a"
+AGENT_KEY = "sk-agent-own-canary-5c4b3a291807"  # create_agent(api_key=), also in a plain variable
+DB_PASSWORD = "pw-canary-0a9b8c7d6e5f"
+CANARIES = (PROVIDER_KEY, TEMPORAL_KEY, AGENT_KEY, DB_PASSWORD)
+
+
+def _decoded(value: object) -> list[bytes]:
+    """Every string in a history's JSON, base64 payload ``data`` decoded as well."""
+    if isinstance(value, dict):
+        found = [b for v in value.values() for b in _decoded(v)]
+        if isinstance(value.get("data"), str):
+            try:
+                found.append(base64.b64decode(value["data"]))
+            except ValueError:
+                pass
+        return found
+    if isinstance(value, list):
+        return [b for v in value for b in _decoded(v)]
+    return [str(value).encode()]
+
+
+async def test_bash_never_shows_secrets_to_the_model_history_or_disk(
+    fake_anthropic, lattice_runtime, tmp_path, monkeypatch
+):
+    home = tmp_path / "home"
+    monkeypatch.setenv("LATTICE_HOME", str(home))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", PROVIDER_KEY)
+    monkeypatch.setenv("TEMPORAL_API_KEY", TEMPORAL_KEY)
+    monkeypatch.setenv("HARMLESS_LOOKING", AGENT_KEY)
+    monkeypatch.setenv("APP_DATABASE", f"postgres://app:{DB_PASSWORD}@db.internal:5432/app")
+    monkeypatch.setenv("BUILD_FLAVOUR", "visible-flavour-42")
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("Bash", {"command": "env"}),
+            tool_use(
+                "Bash",
+                {
+                    "command": "printenv ANTHROPIC_API_KEY; printenv TEMPORAL_API_KEY; "
+                    'echo "[$HARMLESS_LOOKING] [$APP_DATABASE] $BUILD_FLAVOUR $GREETING"'
+                },
+            ),
+            text("done"),
+        )
+    )
+    agent = create_agent(
+        api_key=AGENT_KEY,
+        base_url=fake_anthropic.base_url,
+        model="claude-test",
+        name="envy",
+        workspace={"env": {"GREETING": "hello-on-purpose"}},
+    )
+    result = await agent.prompt("Show me the environment.")
+    assert result.result == "done"
+
+    listed, printed = (r.tool_results[0]["content"] for r in fake_anthropic.requests[1:3])
+    assert "BUILD_FLAVOUR=visible-flavour-42" in listed and "GREETING=hello-on-purpose" in listed
+    assert "[] [] visible-flavour-42 hello-on-purpose" in printed
+    bodies = [json.dumps(r.body) for r in fake_anthropic.requests]
+    assert not [c for c in CANARIES for body in bodies if c in body]
+
+    history = await lattice_runtime.client.get_workflow_handle(result.workflow_id).fetch_history()
+    strings = _decoded(json.loads(history.to_json()))
+    assert any(b"visible-flavour-42" in s for s in strings)  # the search sees tool results
+    assert not [c for c in CANARIES for s in strings if c.encode() in s]
+
+    files = [p for p in home.rglob("*") if p.is_file()]
+    assert any(p.name.startswith("transcripts.db") for p in files)
+    assert any(b"visible-flavour-42" in p.read_bytes() for p in files)
+    leaked = [(p.name, c) for p in files for c in CANARIES if c.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def ctx() -> ToolContext:
+    return ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+
+
+async def test_scrubbed_names_values_and_what_env_passes_on_purpose(tmp_path, monkeypatch):
+    for name, value in {
+        "GITHUB_TOKEN": "ghp_canary_0123456789abcdef",
+        "AWS_SECRET_ACCESS_KEY": "aws-canary-0123456789abcdef",
+        "MYSQL_PASSWORD": "mysql-canary-0123456789",
+        "WAREHOUSE_DSN": "host=db user=x password=canary-dsn-0123",
+        "DATABASE_URL": "postgresql://u:canary-url-01234@h/db",
+        "TEMPORAL_TLS_KEY_DATA": "canary-tls-0123456789ab",
+        "COPY_OF_TOKEN": "ghp_canary_0123456789abcdef",  # the same value under a plain name
+        "BASH_ENV": str(tmp_path / "rc.sh"),  # would run before the command
+        "CI_DEPLOY_TOKEN": "deploy-canary-0123456789",
+        "PLAIN": "plain-value",
+    }.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "rc.sh").write_text("echo SOURCED-BASH-ENV\n")
+    tools = create_builtin_tools(
+        cwd=tmp_path,
+        allowed_directories=[tmp_path],
+        env=["CI_DEPLOY_TOKEN"],  # passed on purpose, although its name looks secret
+        secrets=["plain-value"],
+    )
+    bash = next(t for t in tools if t.name == "Bash")
+    out = (await bash.invoke({"command": "env"}, ctx())).content
+    assert "canary" not in out.replace("deploy-canary", "")
+    assert "CI_DEPLOY_TOKEN=deploy-canary-0123456789" in out
+    assert "PLAIN=" not in out and "SOURCED-BASH-ENV" not in out and "HOME=" in out
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"env": "FOO=1"}, "env must be a mapping of variable names"),
+        ({"env": {"FOO": 1}}, r"env\['FOO'\] must be a string"),
+        ({"env": {"NOT A NAME": "x"}}, "env names must be shell variable names"),
+        ({"sandbox": "yes"}, 'sandbox must be "auto", "required" or "off"'),
+        ({"network": "off"}, "network must be True or False"),
+        ({"network": False, "sandbox": "off"}, "network=False needs the sandbox"),
+        ({"secrets": "key"}, "secrets must be a list of strings"),
+    ],
+)
+def test_shell_options_are_checked_at_assembly(tmp_path, options, message):
+    with pytest.raises(OptionError, match=message):
+        create_builtin_tools(cwd=tmp_path, **options)
+    if "secrets" not in options:
+        with pytest.raises(OptionError, match=message):
+            create_agent(model="m", workspace={"path": str(tmp_path), **options})
+    with pytest.raises(OptionError, match=r'AgentOptions\.workspace: unknown option "cwd"'):
+        create_agent(model="m", workspace={"cwd": str(tmp_path)})
+
+
+def test_a_workspace_mapping_keeps_the_default_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
+    agent = create_agent(model="m", name="n", workspace={"env": {"A": "1"}})
+    assert agent.workspace == tmp_path / "workspaces" / "n"
+    chosen = create_agent(model="m", workspace={"path": str(tmp_path / "w"), "sandbox": "off"})
+    assert chosen.workspace == Path(os.path.realpath(tmp_path / "w"))
