@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
 from ._errors import ConcurrentQueryError, OptionError
-from ._history import HistoryStore, as_messages, check_history_store
+from ._history import HistoryStore, QueryMirror, as_messages, caught_up, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
@@ -313,6 +313,7 @@ class Agent:
         )
         self._history: list[ModelMessage] = []
         self._loaded = False  # the history store (or Temporal) was read, or history replaced
+        self._stored = True  # the history store holds the history (False after a failed write)
         # (len(history), transcript head) once the history is in the transcript store
         self._head: tuple[int, str | None] | None = None
         self._queries = 0
@@ -381,13 +382,15 @@ class Agent:
         session from what Temporal holds (a new Agent over an earlier session id)."""
         if self._loaded:
             return
+        resumed = await runtime.session_state(self.name, self.session_id)
+        if resumed is not None:
+            self._history, self._queries = resumed
         store = self.config.history_store
         if store is not None:
-            self._history = await store.load()
-        else:
-            resumed = await runtime.session_state(self.name, self.session_id)
-            if resumed is not None:
-                self._history, self._queries = resumed
+            # the store seeds the history; what a query of a dead process kept after its last
+            # write reaches the store now (see caught_up)
+            kept = self._history if resumed is not None else None
+            self._history, self._stored = await caught_up(store, kept)
         self._head = None
         self._loaded = True
 
@@ -408,7 +411,13 @@ class Agent:
             new_messages,
             compacted_to=run.transcript if run is not None else None,
             head=run.final_head if run is not None else None,
+            mirror=run.mirror if run is not None else None,
         )
+
+    def _mirror(self) -> QueryMirror | None:
+        """What writes a starting query's messages to the history store as they land."""
+        store = self.config.history_store
+        return QueryMirror(store, self._history, synced=self._stored) if store else None
 
     async def _take(
         self,
@@ -416,20 +425,22 @@ class Agent:
         *,
         compacted_to: list[ModelMessage] | None,
         head: str | None,
+        mirror: QueryMirror | None = None,
     ) -> None:
-        """A finished query's messages into the history and its store: appended, or, when
-        the query compacted the conversation, the whole new transcript in its place."""
-        store = self.config.history_store
+        """A finished query's messages into the history; the store gets what it does not
+        hold yet (``mirror``: what the query wrote as its messages landed), or, when the
+        query compacted the conversation, the whole new transcript."""
+        mirror = mirror or self._mirror()
         if compacted_to is not None:
             self._history = compacted_to
-            if store is not None:
-                await store.replace(compacted_to)
         else:
             self._history.extend(added)
-            if store is not None:
-                for message in added:
-                    await store.append(message)
         self._head = (len(self._history), head) if head is not None else None
+        if mirror is not None:
+            self._stored = False  # unknown until settled (settle may raise)
+            self._stored = await mirror.settle(
+                self._history, added, compacted=compacted_to is not None
+            )
 
     def _last_input_tokens(self) -> int:
         """What the conversation's last model response reported reading (compaction trigger)."""
@@ -471,7 +482,8 @@ class Agent:
         self._loaded = True
         store = self.config.history_store
         if store is not None:
-            await store.replace(history)
+            self._stored = False
+            self._stored = await store._wrote_replace(history)
 
     @property
     def history(self) -> list[ModelMessage]:

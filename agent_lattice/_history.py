@@ -3,8 +3,8 @@
 
 A store is host code: it runs in the process that owns the Agent, never in workflow code.
 ``load()`` runs once per Agent, lazily before its first query; ``append(message)`` follows every
-message added to the history; ``replace(messages)`` follows compaction and
-``agent.replace_history()``. Store failures are logged and the conversation continues in memory,
+message added to the history, as it lands (see :class:`QueryMirror`); ``replace(messages)``
+follows compaction and ``agent.replace_history()``. Store failures are logged and the conversation continues in memory,
 unless the store was created with ``fail_on_error=True``: then they raise
 :class:`HistoryStoreError` out of ``query()``/``prompt()``.
 """
@@ -12,6 +12,7 @@ unless the store was created with ``fail_on_error=True``: then they raise
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -65,23 +66,39 @@ class HistoryStore:
     async def load(self) -> list[ModelMessage]:
         """The stored conversation; ``[]`` (logged) when the store fails and errors are not
         bound to fail."""
+        return (await self._loaded())[0]
+
+    async def _loaded(self) -> tuple[list[ModelMessage], bool]:
+        """The stored conversation, and False when loading failed and was swallowed."""
         try:
             loaded = await _call(self._load)
-            return as_messages(loaded or [], where="history store load()")
+            return as_messages(loaded or [], where="history store load()"), True
         except Exception as err:
-            return self._failed("load", err) or []
+            self._failed("load", err)
+            return [], False
 
     async def append(self, message: ModelMessage) -> None:
-        try:
-            await _call(self._append, message.model_copy(deep=True))
-        except Exception as err:
-            self._failed("append", err)
+        await self._wrote_append(message)
 
     async def replace(self, messages: list[ModelMessage]) -> None:
+        await self._wrote_replace(messages)
+
+    async def _wrote_append(self, message: ModelMessage) -> bool:
+        """Append; False when it failed and the failure was swallowed (not fail_on_error)."""
+        return await self._write("append", self._append, message.model_copy(deep=True))
+
+    async def _wrote_replace(self, messages: list[ModelMessage]) -> bool:
+        return await self._write(
+            "replace", self._replace, [m.model_copy(deep=True) for m in messages]
+        )
+
+    async def _write(self, op: str, fn: Callable[..., Any], arg: Any) -> bool:
         try:
-            await _call(self._replace, [m.model_copy(deep=True) for m in messages])
+            await _call(fn, arg)
+            return True
         except Exception as err:
-            self._failed("replace", err)
+            self._failed(op, err)
+            return False
 
     def _failed(self, op: str, err: Exception) -> None:
         if self._fail_on_error:
@@ -96,6 +113,97 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     if inspect.isawaitable(out):
         out = await out
     return out
+
+
+def _same(a: list[ModelMessage], b: list[ModelMessage]) -> bool:
+    """The same messages, compared as stored (a JSON round trip drops nothing else)."""
+    return len(a) == len(b) and all(
+        x.model_dump(mode="json", exclude_none=True) == y.model_dump(mode="json", exclude_none=True)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+class QueryMirror:
+    """One query's messages written to a history store as they land: the prompt when the
+    query starts, then each assistant and tool-result message as the run's durable stream
+    delivers it (in order, each once: a retried model request publishes nothing twice), and
+    at the end whatever the kept conversation holds that the store does not (:meth:`settle`).
+
+    ``landed`` is what the query added so far; while ``synced``, the store holds exactly the
+    history before the query plus ``landed``. A swallowed failure clears ``synced``, and the
+    next write rewrites the whole conversation instead of appending after a gap."""
+
+    def __init__(self, store: HistoryStore, before: list[ModelMessage], *, synced: bool) -> None:
+        self.store = store
+        self._before = list(before)
+        self.synced = synced
+        self.landed: list[ModelMessage] = []
+        self.error: HistoryStoreError | None = None  # fail_on_error: the first failure
+        self._writing: asyncio.Future[None] | None = None
+
+    async def add(self, message: ModelMessage) -> None:
+        """Write a message that landed; raises :class:`HistoryStoreError` (the first failure,
+        then again) when the store is bound to fail."""
+        if self.error is not None:
+            raise self.error
+        self._writing = asyncio.ensure_future(self._add(message))
+        # shielded: a reader cancelled mid-write must not leave settle() guessing what the
+        # store holds (a thread's write goes on regardless)
+        await asyncio.shield(self._writing)
+
+    async def _add(self, message: ModelMessage) -> None:
+        self.landed.append(message)
+        try:
+            if self.synced:
+                self.synced = await self.store._wrote_append(message)
+            else:
+                self.synced = await self.store._wrote_replace([*self._before, *self.landed])
+        except HistoryStoreError as err:
+            self.synced, self.error = False, err
+            raise
+
+    async def settle(
+        self, history: list[ModelMessage], added: list[ModelMessage], *, compacted: bool
+    ) -> bool:
+        """Make the store hold ``history``, the conversation the query left (``added`` its
+        new messages): the messages still missing are appended, or, when the store holds
+        something else (a compaction, a turn the run dropped, a failed write), the whole
+        history replaces it. True when the store holds it. After a fail_on_error failure
+        nothing is written (the query raised it); the next query's first write heals."""
+        if self._writing is not None:
+            with contextlib.suppress(BaseException):
+                await self._writing
+        if self.error is not None:
+            return False
+        n = len(self.landed)
+        if self.synced and not compacted and _same(self.landed, added[:n]):
+            for message in added[n:]:
+                if not await self.store._wrote_append(message):
+                    return False
+            return True
+        return await self.store._wrote_replace(history)
+
+
+async def caught_up(
+    store: HistoryStore, kept: list[ModelMessage] | None
+) -> tuple[list[ModelMessage], bool]:
+    """The conversation an Agent continues from its store and what Temporal kept for its
+    session (``kept``; None for a new session), and whether the store holds it.
+
+    A process that died mid-query left the store a prefix of what the run went on to keep
+    (its later messages landed while nobody wrote them): the missing tail is appended.
+    Anything else keeps the store's conversation, as the seeds make the store the source;
+    a store that failed to load (swallowed) is left alone and the session continues from
+    Temporal's copy, in memory."""
+    stored, ok = await store._loaded()
+    if not ok:
+        return kept or [], True
+    if kept is None or len(kept) <= len(stored) or not _same(stored, kept[: len(stored)]):
+        return stored, True
+    for message in kept[len(stored) :]:
+        if not await store._wrote_append(message):
+            return kept, False
+    return kept, True
 
 
 def define_history_store(
@@ -120,16 +228,19 @@ def create_jsonl_history_store(*, path: str | Path, fail_on_error: bool = False)
 
     def read() -> list[ModelMessage]:
         try:
-            lines = target.read_text(encoding="utf-8").splitlines()
+            data = target.read_bytes()
         except FileNotFoundError:
             return []
         out = []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
+        # Lines are split and decoded one by one: a write torn inside a multi-byte character
+        # must cost that line only, not the file's decoding (and only "\n" ends a record:
+        # str.splitlines() would also split at U+2028, which json.dumps leaves unescaped).
+        for n, raw in enumerate(data.split(b"\n"), 1):
+            if not raw.strip():
                 continue
             try:
-                out.append(ModelMessage.model_validate_json(line))
-            except ValidationError:
+                out.append(ModelMessage.model_validate_json(raw.decode("utf-8")))
+            except (UnicodeDecodeError, ValidationError):
                 log.warning("%s:%d: skipped a malformed history line", target, n)
         return out
 

@@ -14,7 +14,8 @@ from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 
-from .._errors import HookError, OptionError, TracerError
+from .._errors import HistoryStoreError, HookError, OptionError, TracerError
+from .._history import QueryMirror
 from .._messages import (
     AgentMessageEvent,
     AssistantMessage,
@@ -47,6 +48,9 @@ _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 # Bounded: a consumer that stops reading slows the producers down instead of piling up events.
 QUEUE_SIZE = 256
 _END = object()
+_STORE_FAILED = object()
+# how long prompt() waits, after the result, for the store's reader to see the last messages
+FOLLOW_GRACE_S = 10.0
 
 
 class QueryRun:
@@ -101,6 +105,7 @@ class QueryRun:
         self.team: Team | None = None  # set when this agent runs as a team's lead
         self.final_head: str | None = None  # the transcript after the run, once it ended
         self.transcript: list[ModelMessage] | None = None  # the whole of it, when compacted
+        self.mirror: QueryMirror | None = None  # the history store's writer, from the start
 
     def interrupt(self) -> bool:
         if self._done:
@@ -116,10 +121,15 @@ class QueryRun:
 
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
+        prompt_message = ModelMessage(role="user", content=self.prompt)
+        self.mirror = agent._mirror()
+        if self.mirror is not None:
+            # the prompt lands as the query starts; a store bound to fail that fails here
+            # raises before any run (or model spend) begins
+            await self.mirror.add(prompt_message)
         self.workflow_id = workflow_id_for(agent, agent._next_query())
         # The conversation travels by reference: the workflow gets the transcript's head.
         store = runtime.transcripts
-        prompt_message = ModelMessage(role="user", content=self.prompt)
         head = await store.append(await agent._transcript_head(store), [prompt_message])
         prompt_json = json.dumps(prompt_message.to_wire()["content"], ensure_ascii=False)
         large = len(prompt_json) > INLINE_LIMIT
@@ -191,11 +201,16 @@ class QueryRun:
         """Run to the end without following the messages (what ``prompt()`` needs): no
         subscription and no live channel, just the workflow's result."""
         new_messages: list[ModelMessage] = []
+        follower: asyncio.Task[None] | None = None
         try:
             runtime = self._runtime or self.agent._runtime or await get_default_runtime()
             await self.agent._prepare(runtime)
             await runtime.ensure_worker(self.agent)
             await self._start(runtime, None, None)
+            if self.mirror is not None:
+                # nothing is streamed to the caller, but the store gets each message as it
+                # lands: follow the run's durable messages for it
+                follower = asyncio.create_task(self._follow(runtime))
             try:
                 output: AgentRunOutput = await self._handle.result()
             except asyncio.CancelledError:
@@ -206,9 +221,15 @@ class QueryRun:
                 raise
             except WorkflowFailureError:
                 return await runtime.outcome(self.workflow_id)
+            if follower is not None:  # its last messages (settle() writes any it missed)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(follower), FOLLOW_GRACE_S)
             await self._collect(runtime, output, new_messages)
+            self._raise_store_failure()
             return _raise_hook_failure(output.result)
         finally:
+            if follower is not None:
+                follower.cancel()
             self._done = True
             if self._traced_on is not None:  # the query's tracer leaves with it
                 self._traced_on.release_query_tracers(self.workflow_id)
@@ -263,6 +284,10 @@ class QueryRun:
         async def pump_durable() -> None:
             try:
                 async for message in runtime.durable_messages(self.workflow_id):
+                    # into the history store as it lands, before the caller sees it
+                    if not await self._landed(message):
+                        await queue.put(_STORE_FAILED)
+                        return
                     await queue.put(message)
             finally:
                 await queue.put(_END)
@@ -312,6 +337,8 @@ class QueryRun:
                     raise
                 if item is _END:
                     break
+                if item is _STORE_FAILED:
+                    self._raise_store_failure()
                 if isinstance(item, _Nested):
                     yield item.event
                     continue
@@ -353,6 +380,32 @@ class QueryRun:
             for task in self._signals:
                 with contextlib.suppress(Exception):
                     await task
+
+    async def _landed(self, message: SDKMessage) -> bool:
+        """Write a durable message of this run to the history store (assistant messages and
+        tool results); False when a store bound to fail_on_error failed: the run is
+        interrupted at once, so no further model request is made for it."""
+        if self.mirror is None or not isinstance(message, AssistantMessage | UserMessage):
+            return True
+        try:
+            await self.mirror.add(message.message)
+        except HistoryStoreError:
+            self.interrupt()
+            return False
+        return True
+
+    async def _follow(self, runtime: Runtime) -> None:
+        """prompt()'s reader of the durable messages, for the history store alone."""
+        try:
+            async for message in runtime.durable_messages(self.workflow_id):
+                if not await self._landed(message):
+                    return
+        except Exception as err:  # the end of the query writes what this one missed
+            log.debug("messages of %s unavailable to the history store: %s", self.workflow_id, err)
+
+    def _raise_store_failure(self) -> None:
+        if self.mirror is not None and self.mirror.error is not None:
+            raise self.mirror.error
 
     async def _output(self) -> AgentRunOutput | None:
         try:

@@ -1,0 +1,429 @@
+"""History stores get each message as it lands (the prompt, each assistant message, each
+tool-results message), exactly once across retries, interrupts, compaction and crashes; a
+store bound to fail_on_error stops the query at its first failed append; the JSONL store
+survives a write torn inside a multi-byte character."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from history_app import PROMPT, build
+from test_compaction import handler as compacting_handler
+
+from agent_lattice import (
+    HistoryStoreError,
+    HookError,
+    ModelMessage,
+    StreamEventMessage,
+    ToolResult,
+    create_jsonl_history_store,
+    define_history_store,
+    tool,
+)
+from agent_lattice.client import Runtime
+from agent_lattice.testing import (
+    FAST_SETTINGS,
+    RecordedRequest,
+    Reply,
+    Script,
+    assert_eventually,
+    collect,
+    slow,
+    text,
+    tool_use,
+)
+
+from conftest import Expr, make_calculator
+
+HERE = Path(__file__).parent
+
+
+def shape(messages: list[ModelMessage]) -> list[str]:
+    """Each message as role:kind (``user:text``, ``assistant:tool_use``, ``user:tool_result``)."""
+    out = []
+    for m in messages:
+        kind = "text" if isinstance(m.content, str) else m.blocks[-1].type
+        out.append(f"{m.role}:{kind}")
+    return out
+
+
+async def run(agent, prompt: str, how: str, **options):
+    """The query's result through ``query()`` or ``prompt()``."""
+    if how == "query":
+        return (await collect(agent.query(prompt, **options)))[-1]
+    return await agent.prompt(prompt, **options)
+
+
+# -- JSONL: a torn write --------------------------------------------------------------------
+
+
+async def test_jsonl_load_loses_only_a_line_torn_inside_a_multibyte_character(
+    make_agent, fake_anthropic, tmp_path
+):
+    path = tmp_path / "torn.jsonl"
+    first = {"role": "user", "content": "Je m'appelle Zoé."}
+    # U+2028 is a line separator to str.splitlines(), not to JSONL (json.dumps keeps it raw)
+    second = {"role": "assistant", "content": [{"type": "text", "text": "Enchanté,\u2028Zoé."}]}
+    path.write_bytes(
+        json.dumps(first, ensure_ascii=False).encode()
+        + b'\n{"role":"user","content":"caf\xc3\n'
+        + json.dumps(second, ensure_ascii=False).encode()
+        + b"\n"
+    )
+    store = create_jsonl_history_store(path=path)
+
+    assert [m.to_wire() for m in await store.load()] == [first, second]
+
+    fake_anthropic.set_handler(Script(text("Zoé.")))
+    agent = make_agent(history_store=store)
+    result = await agent.prompt("Comment je m'appelle ?")
+    assert result.result == "Zoé."
+    assert fake_anthropic.requests[0].messages[:2] == [first, second]
+    assert await store.load() == await agent.get_history()
+
+
+# -- as they land ----------------------------------------------------------------------------
+
+
+def held_until(appended: list[ModelMessage], count: int, seen: list[list[str]]):
+    """A final reply that waits (10 s at most) until the store holds ``count`` messages, and
+    notes what the store held when the model was asked."""
+
+    def reply(request: RecordedRequest) -> Reply:
+        deadline = time.monotonic() + 10
+        while len(appended) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append(shape(appended))
+        return text("2")
+
+    return reply
+
+
+@pytest.mark.parametrize("how", ["query", "prompt"])
+async def test_each_message_reaches_the_store_as_it_lands(make_agent, fake_anthropic, how):
+    appended: list[ModelMessage] = []
+    replaced: list[list[ModelMessage]] = []
+    seen: list[list[str]] = []
+    fake_anthropic.set_handler(
+        Script(tool_use("calculator", {"expr": "1+1"}), held_until(appended, 3, seen))
+    )
+    store = define_history_store(load=list, append=appended.append, replace=replaced.append)
+    agent = make_agent(history_store=store, tools=[make_calculator()])
+
+    result = await run(agent, "What is 1+1?", how)
+
+    assert result.result == "2"
+    # the prompt, the first assistant message and its tool results were in the store before
+    # the final model request was answered (before: nothing until the query ended)
+    assert seen == [["user:text", "assistant:tool_use", "user:tool_result"]]
+    assert appended == await agent.get_history()  # each message once, in order
+    assert replaced == []
+
+
+@pytest.mark.parametrize("how", ["query", "prompt"])
+async def test_fail_on_error_stops_the_query_at_the_first_failed_append(
+    make_agent, fake_anthropic, how
+):
+    appended: list[ModelMessage] = []
+    failed = asyncio.Event()
+    ran: list[str] = []
+
+    def append(message: ModelMessage) -> None:
+        if message.role == "assistant":
+            failed.set()
+            raise OSError("disk full")
+        appended.append(message)
+
+    async def calculator(input: Expr) -> ToolResult:
+        # the tool is still running when the append fails; the run then stops without
+        # asking the model again (before: the failure surfaced after the whole query)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(failed.wait(), 10)
+        await asyncio.sleep(0.5)
+        ran.append(input.expr)
+        return ToolResult(content="2")
+
+    fake_anthropic.set_handler(Script(tool_use("calculator", {"expr": "1+1"}), text("2")))
+    store = define_history_store(load=list, append=append, replace=list, fail_on_error=True)
+    agent = make_agent(
+        history_store=store, tools=[tool("calculator", "Add 'a+b'", Expr, calculator)]
+    )
+
+    with pytest.raises(HistoryStoreError, match="append\\(\\) failed: OSError: disk full"):
+        await run(agent, "What is 1+1?", how)
+
+    assert len(fake_anthropic.requests) == 1  # no model request after the failed append
+    assert ran == ["1+1"]  # the running tool finished once; its result is kept
+    assert shape(await agent.get_history()) == [
+        "user:text",
+        "assistant:tool_use",
+        "user:tool_result",
+    ]
+    assert shape(appended) == ["user:text"]
+    assert agent.interrupt() is False  # idle again
+
+
+async def test_a_failed_prompt_append_starts_no_run(make_agent, fake_anthropic):
+    def broken(*_):
+        raise OSError("read-only file system")
+
+    fake_anthropic.set_handler(Script(text("never")))
+    agent = make_agent(
+        history_store=define_history_store(
+            load=list, append=broken, replace=broken, fail_on_error=True
+        )
+    )
+    with pytest.raises(HistoryStoreError, match="read-only file system"):
+        await agent.prompt("hi")
+    assert fake_anthropic.requests == []
+    assert await agent.get_history() == []
+
+
+async def test_an_interrupted_query_leaves_what_landed_and_no_partial_reply(
+    make_agent, fake_anthropic, tmp_path
+):
+    path = tmp_path / "interrupted.jsonl"
+    store = create_jsonl_history_store(path=path)
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("calculator", {"expr": "1+1"}),
+            slow(text("The answer is a long one " * 20), delay=0.2),
+            text("Asked again: 2."),
+        )
+    )
+    agent = make_agent(history_store=store, tools=[make_calculator()])
+    at_interrupt: list[str] = []
+
+    async for message in agent.query("What is 1+1?"):
+        if isinstance(message, StreamEventMessage) and message.turn == 2 and not at_interrupt:
+            if message.event["type"] == "content_block_delta":
+                at_interrupt.extend(shape(await store.load()))
+                agent.interrupt()
+    assert message.subtype == "interrupted"
+
+    # the turn before the interrupt was in the file while the reply streamed
+    assert at_interrupt == ["user:text", "assistant:tool_use", "user:tool_result"]
+    assert await store.load() == await agent.get_history()
+    assert "long one" not in path.read_text()  # the interrupted reply is never stored
+
+    result = await agent.prompt("Again?")
+    assert result.result == "Asked again: 2."
+    assert await store.load() == await agent.get_history()
+
+
+async def test_a_turn_the_run_drops_leaves_the_store_too(make_agent, fake_anthropic, tmp_path):
+    """A failing hook drops its turn from the conversation after the assistant message had
+    landed: the store is rewritten to the conversation (no tool_use without its result)."""
+    store = create_jsonl_history_store(path=tmp_path / "dropped.jsonl")
+
+    def on_tool_result(ctx):
+        raise RuntimeError("hook broke")
+
+    fake_anthropic.set_handler(Script(tool_use("calculator", {"expr": "1+1"})))
+    agent = make_agent(
+        history_store=store, tools=[make_calculator()], hooks={"on_tool_result": on_tool_result}
+    )
+    with pytest.raises(HookError):
+        await agent.prompt("What is 1+1?")
+    assert shape(await agent.get_history()) == ["user:text"]
+    assert await store.load() == await agent.get_history()
+
+
+async def test_a_compacted_query_ends_with_the_store_replaced_once(
+    make_agent, fake_anthropic, tmp_path
+):
+    path = tmp_path / "compacted.jsonl"
+    store = create_jsonl_history_store(path=path)
+    fake_anthropic.set_handler(
+        compacting_handler(
+            tool_use(
+                "calculator", {"expr": "2+2"}, usage={"input_tokens": 500, "output_tokens": 5}
+            ),
+            text("4, as computed.", usage={"input_tokens": 20, "output_tokens": 4}),
+        )
+    )
+    agent = make_agent(
+        tools=[make_calculator()],
+        auto_compact={"threshold_tokens": 100, "keep_recent_messages": 2},
+        history_store=store,
+    )
+    result = await agent.prompt("What is 2+2?")
+    assert result.result == "4, as computed."
+    history = await agent.get_history()
+    assert len(history) == 4 and "The user asked for 2+2" in history[0].blocks[0].text
+    assert await store.load() == history  # replaced by the compacted conversation, no duplicates
+
+
+# -- crashes ---------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def remote_runtime(lattice_server, task_queue_prefix):
+    runtime = await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=False)
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+def app_env(lattice_server, fake_anthropic, task_queue_prefix) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": lattice_server,
+        "LATTICE_TEST_BASE_URL": fake_anthropic.base_url,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def spawn(*argv: object, env: dict[str, str], log: Path | None = None) -> subprocess.Popen[bytes]:
+    """``python ARGV...`` with its output in ``log`` (or dropped)."""
+    with open(log or os.devnull, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, *map(str, argv)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+@pytest.fixture
+def workers(app_env, tmp_path):
+    """``lattice worker tests/history_app.py`` processes, stopped at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    async def start() -> subprocess.Popen[bytes]:
+        log = tmp_path / f"worker{len(started)}.out"
+        proc = spawn(
+            "-m",
+            "agent_lattice.client._cli",
+            "worker",
+            HERE / "history_app.py",
+            env=app_env,
+            log=log,
+        )
+        started.append(proc)
+        await assert_eventually(lambda: "ready" in log.read_text(errors="replace"), within=30)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def first_answer_killed(kill: threading.Event, path: Path, seen: list[list[str]]) -> object:
+    """The model: record A, then answer; the first request is killed while it streams. The
+    answer waits (10 s at most) for the store at ``path`` to hold the turn before it."""
+    calls = {"first": 0}
+
+    def model(request: RecordedRequest) -> Reply:
+        if request.tool_results:
+            deadline = time.monotonic() + 10
+            while path.read_text().count("\n") < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            seen.append([json.loads(line)["role"] for line in path.read_text().splitlines()])
+            return text("Recorded.")
+        calls["first"] += 1
+        if calls["first"] == 1:
+            kill.set()
+            return slow(tool_use("record", {"text": "A"}), delay=0.5)
+        return tool_use("record", {"text": "A"})
+
+    return model
+
+
+async def test_a_retried_model_request_is_stored_once(
+    remote_runtime, fake_anthropic, workers, tmp_path
+):
+    kill = threading.Event()
+    path, seen = tmp_path / "retried.jsonl", []
+    path.touch()
+    fake_anthropic.set_handler(first_answer_killed(kill, path, seen))
+    first = await workers()
+    store = create_jsonl_history_store(path=path)
+    agent = build(history_store=store)
+
+    query = asyncio.ensure_future(agent.prompt(PROMPT, runtime=remote_runtime))
+    await assert_eventually(kill.is_set, within=20)
+    first.send_signal(signal.SIGKILL)  # mid-stream of the first model request
+    first.wait(10)
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "Recorded."
+    assert len(fake_anthropic.requests) == 3  # the first request ran twice
+    assert seen == [["user", "assistant", "user"]]  # stored as they landed, the retried once
+    stored = await store.load()
+    assert shape(stored) == [
+        "user:text",
+        "assistant:tool_use",
+        "user:tool_result",
+        "assistant:text",
+    ]
+    assert stored == await agent.get_history()
+
+
+async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up(
+    remote_runtime, fake_anthropic, workers, app_env, tmp_path, lattice_server
+):
+    answer = threading.Event()
+
+    def model(request: RecordedRequest) -> Reply:
+        if request.last_user_text == "Anything else?":
+            return text("No.")
+        if not request.tool_results:
+            return tool_use("record", {"text": "A"})
+        answer.wait(20)  # the final answer waits until the client is dead
+        return text("Recorded.")
+
+    fake_anthropic.set_handler(model)
+    await workers()
+    path = tmp_path / "client.jsonl"
+    session = f"s{uuid.uuid4().hex[:10]}"
+    client = spawn(HERE / "history_app.py", lattice_server, session, path, env=app_env)
+    try:
+        store = create_jsonl_history_store(path=path)
+        await assert_eventually(
+            lambda: path.exists() and path.read_text().count("\n") >= 3, within=30
+        )
+        client.send_signal(signal.SIGKILL)  # after the first tool result landed
+        client.wait(10)
+    finally:
+        answer.set()
+        if client.poll() is None:
+            client.kill()
+
+    # the file already held every message that landed before the death
+    assert shape(await store.load()) == ["user:text", "assistant:tool_use", "user:tool_result"]
+
+    # the worker finished the run; a later process over the same session and store continues
+    await remote_runtime.client.get_workflow_handle(f"keeper-{session}-1").result()
+    later = build(session_id=session, history_store=create_jsonl_history_store(path=path))
+    result = await later.prompt("Anything else?", runtime=remote_runtime)
+
+    assert result.result == "No." and result.workflow_id == f"keeper-{session}-2"
+    stored = await store.load()
+    assert shape(stored) == [
+        "user:text",
+        "assistant:tool_use",
+        "user:tool_result",
+        "assistant:text",  # the dead client's last message, appended on catch-up
+        "user:text",
+        "assistant:text",
+    ]
+    assert stored == await later.get_history()
+    assert len(fake_anthropic.requests[-1].messages) == 5
