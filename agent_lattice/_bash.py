@@ -1,119 +1,544 @@
-"""Which files a Bash command writes, read from the command before it runs."""
+"""Which files a Bash command writes, read from the command before it runs.
+
+The command is parsed with tree-sitter-bash, not bashlex: bashlex raises NotImplementedError on
+``case``, ``[[ ]]``, ``$(( ))``, arrays and ``time``, which model-written commands use all the
+time, so "refuse what cannot be parsed" would refuse ordinary work. The reader follows the
+working directory through ``cd``/``pushd``/``popd`` (every directory a ``cd`` may leave the
+shell in, since a ``cd`` can fail), expands the variables the command assigns (every value a
+variable may hold) and the environment it runs with, and knows where the common writers put
+files (redirections, ``cp``/``mv``/``ln``/``tee``/``tar``/``curl``/``wget``/``git clone``/
+``rsync``/``find -exec``/``xargs``/...). What it cannot tell — a computed path, ``eval`` of a
+computed string, arguments arriving on stdin, a parse error — is reported as unsure, and the
+caller decides (refused without an OS sandbox, left to the kernel with one).
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
-import re
-import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["bash_write_targets"]
+import bracex
+import tree_sitter_bash
+from tree_sitter import Language, Node, Parser
 
-# -- best-effort detection of the files a shell command writes -------------------------------
+from ._bash_commands import COMMANDS, WRAPPERS, Words, options_and_operands
 
-_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "\n"}
-_REDIRECT = re.compile(r"^(\d*|&)(>>?|>\|)(.*)$")
-_WRITERS_LAST = {"cp", "mv", "install", "ln"}
-_WRITERS_ALL = {"rm", "mkdir", "touch", "rmdir", "truncate", "chmod", "chown", "unlink", "shred"}
+__all__ = ["BashReading", "bash_write_targets", "read_command"]
+
+_BASH = Language(tree_sitter_bash.language())
+_MAX_ALTERNATIVES = 32  # of one word or argv: more is read as "unknown", not enumerated
+_MAX_DEPTH = 4  # nested eval / sh -c / source / function calls
+_SOURCE_LIMIT = 64 * 1024
+_WRITE_REDIRECTS = {">", ">>", ">|", "&>", "&>>", ">&", "&>|"}
 
 
-def _simple_commands(command: str) -> list[list[str]]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    commands: list[list[str]] = [[]]
-    try:
-        tokens = list(lexer)
-    except ValueError:  # unbalanced quotes: judge the words we can see
-        tokens = command.split()
-    for token in tokens:
-        if token in _SEPARATORS or token in {"&&", "||", ";;"}:
-            commands.append([])
+@dataclass
+class BashReading:
+    """What a command writes: paths as the shell would name them (relative ones are relative
+    to the directory the command starts in), link targets (``(target, base)``: a relative
+    target resolves against ``base``), and why the reader could not tell, if it could not."""
+
+    writes: list[str] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    unsure: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    # directories the shell may be in ("" is where it started; None: not known)
+    cwds: set[str | None]
+    variables: dict[str, set[str | None]]
+    stack: list[set[str | None]] = field(default_factory=list)
+    oldpwd: set[str | None] = field(default_factory=lambda: {None})
+
+    def copy(self) -> _State:
+        return _State(
+            set(self.cwds),
+            {k: set(v) for k, v in self.variables.items()},
+            [set(s) for s in self.stack],
+            set(self.oldpwd),
+        )
+
+
+def bash_write_targets(command: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """Paths ``command`` writes (see :func:`read_command`)."""
+    return read_command(command, env=os.environ if env is None else env).writes
+
+
+def read_command(
+    command: str, *, env: Mapping[str, str], base: str | os.PathLike[str] = "."
+) -> BashReading:
+    """Read ``command`` as ``bash -c`` would run it in ``base`` with ``env``."""
+    reader = _Reader(os.fspath(base))
+    state = _State({""}, {k: {v} for k, v in env.items()})
+    reader.script(command, state, depth=0)
+    return reader.reading
+
+
+class _Reader:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.reading = BashReading()
+        self.functions: dict[str, Node] = {}
+        self.seen: set[tuple[int, int]] = set()  # substitutions already read
+
+    # -- results ---------------------------------------------------------------------------
+
+    def unsure(self, reason: str) -> None:
+        if reason not in self.reading.unsure:
+            self.reading.unsure.append(reason)
+
+    def write(self, word: str | None, state: _State, what: str = "a path") -> None:
+        if word is None:
+            self.unsure(f"it writes to {what} that is only known when the command runs")
+            return
+        for cwd in state.cwds:
+            if os.path.isabs(word) or cwd == "":
+                path = word
+            elif cwd is None:
+                self.unsure(f"it writes {word!r} after changing to a directory not known")
+                continue
+            else:
+                path = os.path.join(cwd, word)
+            if path not in self.reading.writes:
+                self.reading.writes.append(path)
+
+    def link(self, target: str | None, base: str | None, state: _State) -> None:
+        if target is None or base is None:
+            self.unsure("it creates a link to a path that is only known when the command runs")
+            return
+        for cwd in state.cwds:
+            where = base if os.path.isabs(base) or cwd == "" else os.path.join(cwd or "", base)
+            if cwd is None and not os.path.isabs(target):
+                self.unsure("it creates a link after changing to a directory not known")
+            else:
+                self.reading.links.append((target, where))
+
+    # -- statements ------------------------------------------------------------------------
+
+    def script(self, text: str, state: _State, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            self.unsure("it nests eval / sh -c / source / functions too deeply to follow")
+            return
+        tree = Parser(_BASH).parse(text.encode())
+        if tree.root_node.has_error:
+            self.unsure("the shell syntax could not be parsed")
+        self.statement(tree.root_node, state, depth)
+        self.sweep(tree.root_node, state, depth)
+
+    def sweep(self, node: Node, state: _State, depth: int) -> None:
+        """Command substitutions the statements did not reach still run: read them."""
+        if node.type in ("command_substitution", "process_substitution"):
+            self.substitution(node, state, depth)
+            return
+        for child in node.children:
+            self.sweep(child, state, depth)
+
+    def substitution(self, node: Node, state: _State, depth: int) -> None:
+        key = (node.start_byte, node.end_byte)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        inner = state.copy()
+        for child in node.named_children:
+            self.statement(child, inner, depth)
+
+    def statement(self, node: Node, state: _State, depth: int) -> None:
+        kind = node.type
+        if kind in ("comment", "heredoc_body", "heredoc_start", "heredoc_end"):
+            return
+        if kind == "command":
+            self.command(node, state, depth)
+        elif kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            redirects = node.children_by_field_name("redirect")
+            self.redirects(redirects, state, depth)
+            if body is not None:
+                self.statement(body, state, depth)
+                if body.type != "command":  # a list's redirect belongs to its last command
+                    self.redirects(redirects, state, depth)
+        elif kind in ("subshell", "pipeline"):
+            for child in node.named_children:  # each part runs in a subshell of its own
+                self.statement(child, state.copy(), depth)
+        elif kind == "variable_assignment":
+            self.assign(node, state, depth)
+        elif kind == "declaration_command":
+            for child in node.named_children:
+                if child.type == "variable_assignment":
+                    self.assign(child, state, depth)
+        elif kind == "unset_command":
+            for child in node.named_children[1:]:
+                state.variables.pop(child.text.decode(), None)
+        elif kind == "function_definition":
+            name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
+            if name is not None and body is not None:
+                self.functions[name.text.decode()] = body
+        elif kind in ("for_statement", "while_statement", "c_style_for_statement"):
+            self.loop(node, state, depth)
+        elif kind in _FILE_REDIRECTS:
+            self.redirects([node], state, depth)
+        else:  # lists, if/case/compound statements, negation, test commands: in order
+            for child in node.named_children:
+                self.statement(child, state, depth)
+
+    def loop(self, node: Node, state: _State, depth: int) -> None:
+        variable = node.child_by_field_name("variable")
+        if variable is not None:
+            values: set[str | None] = set()
+            for word in node.children_by_field_name("value"):
+                values |= set(self.fields(word, state, depth) or [None])
+            state.variables[variable.text.decode()] = values or {None}
+        for _ in range(2):  # a second pass sees what a cd in the body does to the next one
+            for child in node.named_children:
+                if child.type in ("do_group", "compound_statement", "command", "list"):
+                    self.statement(child, state, depth)
+
+    def assign(self, node: Node, state: _State, depth: int) -> None:
+        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        if name is None:
+            return
+        key = name.text.decode().split("[", 1)[0]
+        if value is None:
+            values: set[str | None] = {""}
+        elif value.type == "array":
+            values = {None}
         else:
-            commands[-1].append(token)
-    return [c for c in commands if c]
+            found = self.word(value, state, depth, split=False)
+            values = set(found) if found is not None else {None}
+        # union, never replace: the assignment may sit in a branch that does not run
+        state.variables.setdefault(key, set()).update(values)
 
-
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-def _strip_heredocs(command: str) -> str:
-    """Drop heredoc bodies (their text is data, not shell words)."""
-    lines = command.split("\n")
-    out: list[str] = []
-    ending: list[str] = []
-    for line in lines:
-        if ending:
-            if line.strip() == ending[0]:
-                ending.pop(0)
-            continue
-        out.append(line)
-        ending = [m.group(2) for m in _HEREDOC.finditer(line)]
-    return "\n".join(out)
-
-
-def bash_write_targets(command: str) -> list[str]:
-    """Paths a shell command obviously writes: redirection targets (``>``, ``>>``, heredocs
-    into files), ``tee``, ``cp``/``mv``/``install``/``ln`` destinations, ``rm``/``mkdir``/
-    ``touch``/… operands, ``sed -i`` files, ``dd of=``. Best-effort by design."""
-    targets: list[str] = []
-    for words in _simple_commands(_strip_heredocs(command)):
-        i = 0
-        plain: list[str] = []
-        while i < len(words):
-            word = words[i]
-            if word in {">", ">>", ">|"} or re.fullmatch(r"\d*>>?|&>>?", word):
-                if i + 1 < len(words) and not words[i + 1].startswith("&"):
-                    targets.append(words[i + 1])
-                i += 2
+    def redirects(self, nodes: list[Node], state: _State, depth: int) -> None:
+        for node in nodes:
+            if node.type == "heredoc_redirect":
+                self.redirects(
+                    [c for c in node.named_children if c.type in _FILE_REDIRECTS], state, depth
+                )
                 continue
-            if word in {">&", "<&"}:  # fd duplication (2>&1): not a file
-                i += 2
+            if node.type != "file_redirect":
                 continue
-            if word in {"<", "<<", "<<<", "<<-"} or re.fullmatch(r"\d*<", word):
-                i += 2  # input redirection / heredoc marker: not a write
+            operator = next((c.type for c in node.children if not c.is_named), "")
+            destination = node.child_by_field_name("destination")
+            if operator not in _WRITE_REDIRECTS or destination is None:
                 continue
-            match = _REDIRECT.match(word)
-            if match and match.group(3) and not match.group(3).startswith("&"):
-                targets.append(match.group(3))
-                i += 1
-                continue
-            plain.append(word)
+            if destination.type == "number" or destination.text in (b"-",):
+                continue  # 2>&1, >&-: file descriptors, not files
+            for word in self.word(destination, state, depth, split=False) or [None]:
+                self.write(word, state, "a redirection target")
+
+    # -- commands --------------------------------------------------------------------------
+
+    def command(self, node: Node, state: _State, depth: int) -> None:
+        for child in node.named_children:
+            if child.type == "variable_assignment":  # FOO=1 cmd: read for substitutions only
+                self.word(child, state, depth, split=False)
+            elif child.type in _FILE_REDIRECTS:
+                self.redirects([child], state, depth)
+        name = node.child_by_field_name("name")
+        if name is None:
+            return
+        words = [name, *node.children_by_field_name("argument")]
+        alternatives: list[list[str | None]] = []
+        for word in words:
+            found = self.fields_of_argument(word, state, depth)
+            alternatives.append(found)
+        combos = 1
+        for choice in alternatives:
+            combos *= max(1, len(choice))
+        if combos > _MAX_ALTERNATIVES:
+            self.unsure("its arguments take too many possible values to follow")
+            return
+        for argv in _argvs(alternatives):
+            self.simple(argv, state, depth)
+
+    def fields_of_argument(self, node: Node, state: _State, depth: int) -> list[str | None]:
+        """The alternatives of one argument word, each possibly several fields joined by NUL."""
+        found = self.word(node, state, depth, split=True)
+        return found if found is not None else [None]
+
+    def simple(self, argv: list[str | None], state: _State, depth: int) -> None:
+        words: Words = [w for a in argv for w in (a.split("\0") if a is not None else [None])]
+        words = [w for w in words if w != ""]  # an empty unquoted expansion is no word
+        while words and words[0] in WRAPPERS:
+            words = WRAPPERS[words[0]](words[1:])
+        if not words:
+            return
+        if words[0] is None:
+            self.unsure("it runs a command whose name is only known when it runs")
+            return
+        name, args = os.path.basename(words[0]), words[1:]
+        if words[0] in self.functions:
+            self.statement(self.functions[words[0]], state, depth + 1)
+            return
+        special = _SPECIAL.get(name)
+        if special is not None:
+            special(self, args, state, depth)
+            return
+        handler = COMMANDS.get(name)
+        if handler is not None:
+            handler(_Effects(self, state, depth), args)
+
+    # -- words -----------------------------------------------------------------------------
+
+    def fields(self, node: Node, state: _State, depth: int) -> list[str | None] | None:
+        found = self.word(node, state, depth, split=True)
+        if found is None:
+            return None
+        return [f for alt in found for f in alt.split("\0")]
+
+    def word(self, node: Node, state: _State, depth: int, *, split: bool) -> list[str] | None:
+        """The strings ``node`` may expand to (NUL joins the fields of a split word), or None."""
+        kind = node.type
+        if kind == "variable_assignment":
+            value = node.child_by_field_name("value")
+            return None if value is None else self.word(value, state, depth, split=False)
+        if kind in ("word", "number", "command_name"):
+            text = node.text.decode()
+            if kind == "command_name" and node.named_children:
+                return self.word(node.named_children[0], state, depth, split=split)
+            expanded = _tilde(_unescape(text), state)
+            return None if expanded is None else _braces(expanded)
+        if kind == "raw_string":
+            return [node.text.decode()[1:-1]]
+        if kind == "ansi_c_string":
+            raw = node.text.decode()[2:-1]
+            try:
+                return [raw.encode("latin-1", "backslashreplace").decode("unicode_escape")]
+            except UnicodeDecodeError:
+                return None
+        if kind == "string":
+            return self.concatenate(node.named_children, state, depth, split=False)
+        if kind == "string_content":
+            return [node.text.decode()]
+        if kind in ("simple_expansion", "expansion"):
+            return self.expand(node, state, split)
+        if kind in ("command_substitution", "process_substitution"):
+            self.substitution(node, state, depth)
+            return None
+        if kind == "concatenation":
+            found = self.concatenate(node.named_children, state, depth, split=split)
+            if found is not None and all(c.type == "word" for c in node.named_children):
+                found = [b for f in found for b in _braces([f]) or [f]]
+            return found
+        if kind == "arithmetic_expansion":
+            return None
+        return None
+
+    def concatenate(
+        self, parts: list[Node], state: _State, depth: int, *, split: bool
+    ) -> list[str] | None:
+        results = [""]
+        for part in parts:
+            found = self.word(part, state, depth, split=split)
+            if found is None:
+                return None
+            results = [a + b for a in results for b in found]
+            if len(results) > _MAX_ALTERNATIVES:
+                return None
+        return results
+
+    def expand(self, node: Node, state: _State, split: bool) -> list[str] | None:
+        names = [
+            c for c in node.named_children if c.type in ("variable_name", "special_variable_name")
+        ]
+        if len(names) != 1:
+            return None
+        operators = [c for c in node.children if not c.is_named and c.type not in ("$", "${", "}")]
+        default: list[str] | None = [""]
+        if operators:
+            if operators[0].type not in (":-", "-") or len(operators) > 1:
+                return None  # ${x%/*}, ${x/a/b}, ...: not followed
+            rest = [c for c in node.named_children if c is not names[0]]
+            default = [c.text.decode() for c in rest] or [""]
+        name = names[0].text.decode()
+        if name == "PWD":
+            values = {None if c is None else os.path.join(self.base, c) for c in state.cwds}
+        elif name.isdigit() or name in ("@", "*", "#"):
+            values = {""}  # bash -c has no positional parameters
+        else:
+            values = state.variables.get(name) or set(default or [""])
+            if operators and "" in values:
+                values = (values - {""}) | set(default or [""])
+        if None in values:
+            return None
+        out = sorted(v for v in values if v is not None)
+        return ["\0".join(v.split()) for v in out] if split else out
+
+
+def _argvs(alternatives: list[list[str | None]]) -> list[list[str | None]]:
+    return [list(c) for c in itertools.product(*alternatives)]
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+        else:
+            out.append(text[i])
             i += 1
-        targets += _command_targets(plain)
-    return targets
+    return "".join(out)
 
 
-def _command_targets(words: list[str]) -> list[str]:
-    while words and ("=" in words[0] and not words[0].startswith("-")):
-        words = words[1:]  # VAR=value prefixes
-    while words and words[0] in {"sudo", "env", "nohup", "time", "command", "exec", "xargs"}:
-        words = words[1:]
-    if not words:
-        return []
-    name, args = os.path.basename(words[0]), words[1:]
-    operands = [a for a in args if not a.startswith("-")]
-    if name == "tee":
-        return operands
-    if name in _WRITERS_LAST:
-        if "-t" in args:  # cp -t DIR files...
-            return [args[args.index("-t") + 1]] if args.index("-t") + 1 < len(args) else []
-        return operands[-1:] if len(operands) >= 2 else []
-    if name in _WRITERS_ALL:
-        if name in {"chmod", "chown"}:
-            return operands[1:]
-        if name == "truncate":
-            return [o for o in operands if not re.fullmatch(r"[+-]?\d+[KMG]?", o)]
-        return operands
-    if name == "sed" and any(a == "-i" or (a.startswith("-i") and len(a) > 2) for a in args):
-        files, scripted, skip = [], False, False
-        for a in args:
-            if skip:
-                skip = False
-            elif a in {"-e", "-f", "--expression", "--file"}:
-                scripted, skip = True, True
-            elif not a.startswith("-"):
-                files.append(a)
-        return files if scripted else files[1:]
-    if name == "dd":
-        return [a[3:] for a in args if a.startswith("of=")]
-    return []
+def _tilde(text: str, state: _State) -> list[str] | None:
+    if not text.startswith("~"):
+        return [text]
+    head, sep, rest = text.partition("/")
+    if head != "~":
+        return [os.path.expanduser(head) + sep + rest]
+    homes = state.variables.get("HOME") or {None}
+    if None in homes:
+        return None
+    return [h + sep + rest for h in homes if h is not None]
+
+
+def _braces(texts: list[str]) -> list[str]:
+    out: list[str] = []
+    for text in texts:
+        if ("{" in text and "," in text) or (".." in text and "{" in text):
+            try:
+                out += bracex.expand(text, limit=_MAX_ALTERNATIVES)
+                continue
+            except Exception:
+                pass
+        out.append(text)
+    return out
+
+
+_FILE_REDIRECTS = ("file_redirect", "heredoc_redirect", "herestring_redirect")
+
+
+class _Effects:
+    """What a command handler may report: writes, links, a cd, and doubts."""
+
+    def __init__(self, reader: _Reader, state: _State, depth: int) -> None:
+        self.reader, self.state, self.depth = reader, state, depth
+
+    def write(self, word: str | None, what: str = "a path") -> None:
+        self.reader.write(word, self.state, what)
+
+    def write_in(self, directory: str | None, word: str | None, what: str = "a path") -> None:
+        """A write of ``word`` relative to ``directory`` (None: the working directory)."""
+        if word is not None and directory is not None and not os.path.isabs(word):
+            word = os.path.join(directory, word)
+        self.write(word if directory is None or word is not None else directory, what)
+
+    def link(self, target: str | None, base: str | None) -> None:
+        self.reader.link(target, base, self.state)
+
+    def unsure(self, reason: str) -> None:
+        self.reader.unsure(reason)
+
+    def run(self, argv: Words, cwd: str | None = None) -> None:
+        """``argv`` runs too (find -exec, xargs), in ``cwd`` if given."""
+        state = self.state
+        if cwd is not None:
+            state = self.state.copy()
+            state.cwds = {
+                cwd
+                if os.path.isabs(cwd) or c == ""
+                else (None if c is None else os.path.join(c, cwd))
+                for c in self.state.cwds
+            }
+        self.reader.simple(list(argv), state, self.depth + 1)
+
+    def script(self, text: str | None) -> None:
+        if text is None:
+            self.unsure("it runs a shell script that is only known when the command runs")
+        else:
+            self.reader.script(text, self.state.copy(), self.depth + 1)
+
+
+def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool = False) -> None:
+    _, operands = options_and_operands(args, "")
+    if operands and operands[0] == "-":
+        targets = state.oldpwd
+    elif operands:
+        targets = {operands[0]}
+    else:
+        targets = state.variables.get("HOME") or {None}
+    new: set[str | None] = set()
+    for cwd in state.cwds:
+        for target in targets:
+            if target is None or (cwd is None and not os.path.isabs(target)):
+                new.add(None)
+            else:
+                new.add(target if os.path.isabs(target) else os.path.join(cwd or "", target) or ".")
+    if push:
+        state.stack.append(set(state.cwds))
+    state.oldpwd = set(state.cwds)
+    state.cwds |= new  # a cd may fail and leave the shell where it was
+
+
+def _pushd(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    if not args:  # swap the top two
+        if state.stack:
+            state.cwds |= state.stack[-1]
+        return
+    if any(a is None or (a[:1] in "+-" and a[1:].isdigit()) for a in args):
+        state.cwds.add(None)
+        return
+    _cd(reader, args, state, depth, push=True)
+
+
+def _popd(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    if args:
+        state.cwds.add(None)
+    elif state.stack:
+        state.cwds |= state.stack.pop()
+
+
+def _eval(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    if any(a is None for a in args):
+        reader.unsure("it evals a string that is only known when the command runs")
+    else:
+        reader.script(" ".join(a for a in args if a is not None), state, depth + 1)
+
+
+def _source(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    file = args[0] if args else None
+    text = None
+    for cwd in state.cwds if file is not None else ():
+        if cwd is None and not os.path.isabs(file or ""):
+            break
+        path = Path(reader.base, cwd or "", file or "")
+        try:
+            if path.is_file() and path.stat().st_size <= _SOURCE_LIMIT:
+                text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            pass
+    if text is None:
+        reader.unsure(f"it sources {file or 'a file'}, which the reader cannot see")
+    else:
+        reader.script(text, state, depth + 1)
+
+
+def _read_vars(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    _, operands = options_and_operands(args, "pdntuaNe")
+    for name in operands:
+        if name is not None:
+            state.variables[name] = {None}
+
+
+def _printf(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    if len(args) > 1 and args[0] == "-v" and args[1] is not None:
+        state.variables[args[1]] = {None}
+
+
+_SPECIAL: dict[str, Callable[[_Reader, Words, _State, int], None]] = {
+    "cd": _cd,
+    "pushd": _pushd,
+    "popd": _popd,
+    "eval": _eval,
+    "source": _source,
+    ".": _source,
+    "read": _read_vars,
+    "mapfile": _read_vars,
+    "readarray": _read_vars,
+    "getopts": _read_vars,
+    "printf": _printf,
+}

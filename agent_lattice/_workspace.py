@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import glob
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ._bash import bash_write_targets
+from ._bash import BashReading, bash_write_targets, read_command
 from ._errors import OptionError
 from ._options import check_options
 from ._sandbox import ShellSettings, run_command, shell_environment
@@ -91,12 +92,23 @@ class Boundary:
     def covers(self, path: str) -> bool:
         return _under(_resolve(path, self.cwd), self.roots)
 
-    def denial(self, tool_name: str, path: str) -> ToolResult | None:
-        resolved = _resolve(path, self.cwd)
-        if str(resolved) == os.devnull or _under(resolved, self.roots):
+    def denial(
+        self, tool_name: str, path: str, *, link_from: str | None = None
+    ) -> ToolResult | None:
+        """A refusal if ``path`` is outside the roots (``link_from``: it is the target of a
+        link the command makes there, resolved from that folder)."""
+        if link_from is None and (path in _DISCARDS or path.startswith("/dev/fd/")):
+            return None
+        resolved = _resolve(path, self.cwd if link_from is None else self.resolve(link_from))
+        if (link_from is None and str(resolved) == os.devnull) or _under(resolved, self.roots):
             return None
         roots = [str(r) for r in self.roots]
-        if roots:
+        if link_from is not None:
+            step = (
+                "Copy what you need into your workspace instead of linking to it: a write "
+                "through such a link would land outside."
+            )
+        elif roots:
             step = (
                 f"Write to {Path(roots[0], resolved.name)} (inside your workspace) and report "
                 f"that path, or ask the caller for a workspace grant covering {resolved.parent}."
@@ -110,7 +122,44 @@ class Boundary:
             "allowed_roots": roots,
             "suggested_next_step": step,
         }
+        if link_from is not None:
+            payload["reason"] = f"the command links {self.resolve(link_from)} to this path"
         return ToolResult(content=json.dumps(payload, ensure_ascii=False), is_error=True)
+
+    def unsure_denial(self, tool_name: str, reasons: Sequence[str]) -> ToolResult:
+        """A refusal of a command whose writes could not be read from it."""
+        payload = {
+            "error": "permission_denied",
+            "tool": tool_name,
+            "reason": "cannot tell where this command writes: " + "; ".join(reasons),
+            "allowed_roots": [str(r) for r in self.roots],
+            "suggested_next_step": (
+                "Name the files it writes literally, inside your workspace (no cd into a "
+                "computed folder, no eval of a computed string, no xargs feeding a command "
+                "that writes), or split it into simpler commands."
+            ),
+        }
+        return ToolResult(content=json.dumps(payload, ensure_ascii=False), is_error=True)
+
+    def bash_denial(self, reading: BashReading, *, sandboxed: bool) -> ToolResult | None:
+        """The first write or link outside the roots in ``reading``; with no OS sandbox to
+        stop what the reader could not follow, that too."""
+        for path in reading.writes:
+            matches = glob.glob(str(Path(self.cwd, path))) if glob.has_magic(path) else []
+            for each in (path, *matches):
+                denied = self.denial("Bash", each)
+                if denied is not None:
+                    return denied
+        for target, base in reading.links:
+            denied = self.denial("Bash", target, link_from=base)
+            if denied is not None:
+                return denied
+        if reading.unsure and not sandboxed:
+            return self.unsure_denial("Bash", reading.unsure)
+        return None
+
+
+_DISCARDS = {os.devnull, "/dev/stdout", "/dev/stderr", "/dev/tty"}
 
 
 # -- inputs ----------------------------------------------------------------------------------
@@ -280,12 +329,12 @@ def _tools(base: Boundary, shell: ShellSettings) -> list[ToolDefinition[object]]
 
     async def bash(input: BashInput, ctx: ToolContext) -> ToolResult:
         b = boundary(ctx)
-        for path in bash_write_targets(input.command):
-            denied = b.denial("Bash", path)
-            if denied is not None:
-                return denied
-        timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
         env = shell_environment(os.environ, shell)
+        reading = read_command(input.command, env=env, base=b.cwd)
+        denied = b.bash_denial(reading, sandboxed=False)
+        if denied is not None:
+            return denied
+        timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
         return await run_command(input.command, cwd=b.cwd, env=env, timeout=timeout)
 
     return [

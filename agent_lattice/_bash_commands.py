@@ -1,0 +1,534 @@
+"""Where common commands write, given their arguments (for agent_lattice._bash).
+
+Each handler gets the command's words after its name (None: a word known only when the
+command runs) and reports writes, links and doubts through an ``Effects``. The option tables
+list the options that take a value, so that a value is not mistaken for an operand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+Words = list[str | None]
+
+
+class Effects(Protocol):
+    def write(self, word: str | None, what: str = ...) -> None: ...
+    def write_in(self, directory: str | None, word: str | None, what: str = ...) -> None: ...
+    def link(self, target: str | None, base: str | None) -> None: ...
+    def unsure(self, reason: str) -> None: ...
+    def run(self, argv: Words, cwd: str | None = None) -> None: ...
+    def script(self, text: str | None) -> None: ...
+
+
+Options = list[tuple[str, str | None]]
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+def options_and_operands(
+    args: Words, short: str, long: Iterable[str] = (), *, first_operand_stops: bool = False
+) -> tuple[Options, Words]:
+    """Split ``args`` GNU-style: ``short`` letters and ``long`` names take a value."""
+    takes = set(long)
+    options: Options = []
+    operands: Words = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if (
+            arg is None
+            or arg == "-"
+            or not arg.startswith("-")
+            or (operands and first_operand_stops)
+        ):
+            operands.append(arg)
+            if first_operand_stops:
+                operands += args[i:]
+                break
+            continue
+        if arg == "--":
+            operands += args[i:]
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if not eq and name in takes and i < len(args):
+                value, i = args[i] or "", i + 1
+                options.append((name, None if args[i - 1] is None else value))
+            else:
+                options.append((name, value if eq else None))
+            continue
+        for j, letter in enumerate(arg[1:], 1):
+            if letter in short:
+                value = arg[j + 1 :]
+                if not value and i < len(args):
+                    value, i = args[i], i + 1  # type: ignore[assignment]
+                options.append((letter, value))
+                break
+            options.append((letter, None))
+    return options, operands
+
+
+def _values(options: Options, *names: str) -> list[str | None]:
+    return [v for n, v in options if n in names]
+
+
+def _has(options: Options, *names: str) -> bool:
+    return any(n in names for n, _ in options)
+
+
+# -- wrappers: commands that run the rest of their words as a command --------------------
+
+
+def _skip_options(short: str, long: Iterable[str] = ()) -> Callable[[Words], Words]:
+    def strip(args: Words) -> Words:
+        _, rest = options_and_operands(args, short, long, first_operand_stops=True)
+        return rest
+
+    return strip
+
+
+def _env(args: Words) -> Words:
+    options, rest = options_and_operands(
+        args, "uCS", ("unset", "chdir", "split-string"), first_operand_stops=True
+    )
+    if _has(options, "C", "chdir", "S", "split-string"):
+        return [None]  # runs elsewhere / splits a string: not followed
+    while rest and rest[0] is not None and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
+        rest = rest[1:]
+    return rest
+
+
+def _timeout(args: Words) -> Words:
+    _, rest = options_and_operands(args, "sk", ("signal", "kill-after"), first_operand_stops=True)
+    return rest[1:]
+
+
+WRAPPERS: dict[str, Callable[[Words], Words]] = {
+    "env": _env,
+    "sudo": _skip_options("ugCDhprTU", ("user", "group", "chdir")),
+    "doas": _skip_options("uC"),
+    "nohup": _skip_options(""),
+    "time": _skip_options("fo"),
+    "command": _skip_options(""),
+    "builtin": _skip_options(""),
+    "exec": _skip_options("a"),
+    "setsid": _skip_options(""),
+    "nice": _skip_options("n", ("adjustment",)),
+    "ionice": _skip_options("cnp", ("class", "classdata", "pid")),
+    "stdbuf": _skip_options("ioe", ("input", "output", "error")),
+    "timeout": _timeout,
+}
+
+
+# -- writers -------------------------------------------------------------------------------
+
+
+def _all_operands(
+    short: str = "", long: Iterable[str] = (), skip: int = 0
+) -> Callable[[Effects, Words], None]:
+    def handler(fx: Effects, args: Words) -> None:
+        options, operands = options_and_operands(args, short, long)
+        if _has(options, "reference"):
+            skip_ = 0
+        else:
+            skip_ = skip
+        for word in operands[skip_:]:
+            fx.write(word)
+
+    return handler
+
+
+def _copy_like(
+    short: str,
+    long: Iterable[str] = (),
+    *,
+    moves: bool = False,
+    links: bool = False,
+    makes_dirs: bool = False,
+) -> Callable[[Effects, Words], None]:
+    def handler(fx: Effects, args: Words) -> None:
+        options, operands = options_and_operands(args, short + "t", (*long, "target-directory"))
+        if makes_dirs and _has(options, "d", "directory"):
+            for word in operands:  # install -d DIRS
+                fx.write(word)
+            return
+        target = _values(options, "t", "target-directory")
+        if target:
+            dest, sources, into_dir = target[-1], operands, True
+        elif len(operands) >= 2:
+            dest, sources, into_dir = operands[-1], operands[:-1], len(operands) > 2
+        elif links and operands:  # ln -s TARGET: a link of the same name, here
+            dest, sources, into_dir = ".", operands, True
+        else:
+            return
+        fx.write(dest)
+        if moves:
+            for word in sources:  # a move takes the file away from where it was
+                fx.write(word, "a moved file")
+        symbolic = _has(options, "s", "symbolic", "symbolic-link")
+        hard = not symbolic and (links or _has(options, "l", "link"))
+        for source in sources if symbolic or hard else ():
+            if hard or dest is None:
+                fx.link(source, "." if hard else None)  # a hard link's source: from here
+            else:  # a symbolic link's target resolves from the link's own folder
+                fx.link(source, dest if into_dir else os.path.dirname(dest) or ".")
+                if not into_dir:
+                    fx.link(source, dest)  # dest may be an existing directory
+
+    return handler
+
+
+def _sed(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(args, "efl", ("expression", "file", "line-length"))
+    if not _has(options, "i", "in-place"):
+        return
+    scripted = _has(options, "e", "f", "expression", "file")
+    for word in operands if scripted else operands[1:]:
+        fx.write(word)
+
+
+def _perl(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(args, "eEIMmlx0", ())
+    if any(n == "i" or n.startswith("i") for n, _ in options) or any(
+        a is not None and re.match(r"^-[a-zA-Z]*i", a) for a in args
+    ):
+        for word in operands if _has(options, "e", "E") else operands[1:]:
+            fx.write(word)
+
+
+def _dd(fx: Effects, args: Words) -> None:
+    for arg in args:
+        if arg is None:
+            fx.unsure("dd gets an operand that is only known when it runs")
+        elif arg.startswith("of="):
+            fx.write(arg[3:])
+
+
+def _tee(fx: Effects, args: Words) -> None:
+    _, operands = options_and_operands(args, "")
+    for word in operands:
+        fx.write(word)
+
+
+def _tar(fx: Effects, args: Words) -> None:
+    if args and args[0] is not None and re.fullmatch(r"[A-Za-z]+", args[0]):
+        args = [f"-{args[0]}", *args[1:]]  # old style: tar cvf x.tar
+    options, _ = options_and_operands(
+        args,
+        "fCbTXgKLNVIH",
+        _names(
+            "file directory exclude files-from exclude-from use-compress-program newer transform "
+            "owner group mode format label listed-incremental to-command"
+        ),
+    )
+    creates = _has(options, "c", "r", "u", "A", "create", "append", "update", "catenate", "delete")
+    extracts = _has(options, "x", "extract", "get")
+    archives = [v for v in _values(options, "f", "file") if v != "-"]
+    if creates:
+        for word in archives:
+            fx.write(word, "an archive")
+    if extracts:
+        dirs = _values(options, "C", "directory")
+        if dirs:
+            fx.write(dirs[-1], "an extraction directory")
+        else:
+            fx.write(".", "the working directory (tar extracts there)")
+
+
+def _curl(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(
+        args,
+        "AbcdDeEFHKmorTuUwxXyYzCPQt",
+        _names(
+            "output dump-header cookie-jar trace trace-ascii stderr output-dir etag-save libcurl "
+            "data header user request url user-agent config cookie form upload-file proxy max- "
+            "time write-out referer range"
+        ),
+    )
+    outdir = (_values(options, "output-dir") or [None])[-1]
+    for word in _values(options, "o", "output"):
+        if word != "-":
+            fx.write_in(outdir, word, "a download")
+    for word in _values(
+        options,
+        "D",
+        "dump-header",
+        "c",
+        "cookie-jar",
+        "trace",
+        "trace-ascii",
+        "stderr",
+        "etag-save",
+        "libcurl",
+    ):
+        if word not in ("-", "%"):
+            fx.write(word)
+    if _has(options, "O", "remote-name", "remote-name-all", "J", "remote-header-name"):
+        fx.write(outdir or ".", "the download directory")
+
+
+def _wget(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(
+        args,
+        "OoaPeUtTwQiBlARDIXY",
+        _names(
+            "output-document output-file append-output directory-prefix execute user-agent tries "
+            "timeout wait quota input-file base level accept reject domains include-directories "
+            "exclude-directories header user password post-data load-cookies save-cookies"
+        ),
+    )
+    prefix = (_values(options, "P", "directory-prefix") or [None])[-1]
+    documents = _values(options, "O", "output-document")
+    for word in documents:
+        if word != "-":
+            fx.write(word, "a download")
+    for word in _values(options, "o", "output-file", "a", "append-output", "save-cookies"):
+        fx.write(word)
+    if not documents:
+        fx.write(prefix or ".", "the download directory")
+
+
+def _unzip(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(args, "dxP")
+    if _has(options, "l", "t", "p", "Z", "v", "z"):
+        return
+    target = _values(options, "d")
+    fx.write(target[-1] if target else ".", "an extraction directory")
+
+
+def _zip(fx: Effects, args: Words) -> None:
+    _, operands = options_and_operands(args, "btnP")
+    if operands:
+        fx.write(operands[0], "an archive")
+
+
+def _rsync(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(
+        args,
+        "efBTM",
+        _names(
+            "rsh exclude include filter files-from exclude-from include-from temp-dir backup-dir "
+            "log-file partial-dir compare-dest copy-dest link-dest chmod chown password-file port "
+            "timeout bwlimit suffix rsync-path"
+        ),
+    )
+    local = [w for w in operands if w is None or not re.match(r"^([^/:]+:|rsync://)", w)]
+    if len(operands) >= 2 and operands[-1] in local:
+        fx.write(operands[-1])
+    if _has(options, "remove-source-files"):
+        for word in local[:-1]:
+            fx.write(word, "a moved file")
+    for word in _values(options, "log-file", "backup-dir", "temp-dir", "T", "partial-dir"):
+        fx.write(word)
+
+
+_GIT_READS = {
+    "status", "log", "diff", "show", "ls-files", "ls-tree", "ls-remote", "rev-parse", "rev-list",
+    "grep", "blame", "describe", "shortlog", "cat-file", "help", "version", "whatchanged",
+    "--version", "--help", "config", "remote", "branch", "tag", "for-each-ref",
+}  # fmt: skip
+
+
+def _git(fx: Effects, args: Words) -> None:
+    options, rest = options_and_operands(
+        args, "Cc", ("git-dir", "work-tree", "namespace", "exec-path"), first_operand_stops=True
+    )
+    where: str | None = "."
+    for directory in _values(options, "C"):
+        where = None if directory is None or where is None else os.path.join(where, directory)
+    for word in _values(options, "git-dir", "work-tree"):
+        fx.write(word, "a git directory")
+    if not rest:
+        return
+    sub, sub_args = rest[0], rest[1:]
+    if sub in ("clone", "init"):
+        sub_options, operands = options_and_operands(
+            sub_args,
+            "bocujm",
+            _names(
+                "branch origin config depth reference template separate-git-dir upload-pack jobs "
+                "filter shallow-since shallow-exclude object-format initial-branch"
+            ),
+        )
+        for word in _values(sub_options, "separate-git-dir", "template"):
+            fx.write(word)
+        target = (
+            operands[1]
+            if sub == "clone" and len(operands) > 1
+            else operands[0]
+            if sub == "init" and operands
+            else None
+        )
+        fx.write_in(where, target, "a repository") if target is not None else fx.write(
+            where, "a repository"
+        )
+    elif sub == "archive":
+        options_, _ = options_and_operands(sub_args, "o", ("output", "format", "prefix", "remote"))
+        for word in _values(options_, "o", "output"):
+            fx.write_in(where, word, "an archive")
+    elif sub == "worktree" and sub_args[:1] == ["add"]:
+        _, operands = options_and_operands(sub_args[1:], "bB")
+        fx.write_in(where, operands[0] if operands else None, "a worktree")
+    elif sub not in _GIT_READS:
+        fx.write(where, "a repository")
+
+
+def _find(fx: Effects, args: Words) -> None:
+    starts: Words = []
+    i = 0
+    while i < len(args) and (args[i] is None or args[i][:1] not in ("-", "(", "!", ")")):  # type: ignore[index]
+        starts.append(args[i])
+        i += 1
+    starts = starts or ["."]
+    expression = args[i:]
+    i = 0
+    while i < len(expression):
+        word = expression[i]
+        i += 1
+        if word == "-delete":
+            for start in starts:
+                fx.write(start, "what find deletes")
+        elif word in ("-fprint", "-fprint0", "-fprintf", "-fls") and i < len(expression):
+            fx.write(expression[i])
+        elif word in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = i
+            while end < len(expression) and expression[end] not in (";", "+"):
+                end += 1
+            argv, i = expression[i:end], end + 1
+            for start in starts:
+                found = None if start is None else os.path.join(start, "found-file")
+                here = [found if a == "{}" else (None if a and "{}" in a else a) for a in argv]
+                if word in ("-execdir", "-okdir"):
+                    fx.run([a if a != found else "./found-file" for a in here], start)
+                else:
+                    fx.run(here)
+
+
+def _xargs(fx: Effects, args: Words) -> None:
+    options, rest = options_and_operands(
+        args,
+        "adEILnPs",
+        _names(
+            "arg-file delimiter eof max-lines max-args max-procs max-chars replace process-slot- "
+            "var"
+        ),
+        first_operand_stops=True,
+    )
+    replace = _values(options, "I", "replace")
+    argv = rest or ["echo"]
+    if replace and replace[-1]:
+        argv = [None if a is not None and replace[-1] in a else a for a in argv]
+    else:
+        argv = [*argv, None]  # the words arriving on stdin
+    fx.run(argv)
+
+
+def _shell(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(args, "coO", ())
+    scripts = [v for n, v in options if n == "c"]
+    if scripts:
+        fx.script(scripts[-1])
+    elif operands and operands[0] is not None:
+        fx.unsure(f"it runs the script {operands[0]}, which the reader does not follow")
+
+
+def _named_output(short: str, long: str) -> Callable[[Effects, Words], None]:
+    def handler(fx: Effects, args: Words) -> None:
+        options, _ = options_and_operands(args, short, (long,))
+        for word in _values(options, short, long):
+            fx.write(word)
+
+    return handler
+
+
+def _second_operand(fx: Effects, args: Words) -> None:
+    _, operands = options_and_operands(args, "fsw")
+    if len(operands) > 1:
+        fx.write(operands[1])
+
+
+def _compressor(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(args, "S", ("suffix",))
+    if not _has(options, "c", "stdout", "l", "list", "t", "test", "k", "keep"):
+        for word in operands:
+            fx.write(word)
+
+
+def _split(fx: Effects, args: Words) -> None:
+    _, operands = options_and_operands(
+        args, "abClnt", ("additional-suffix", "bytes", "line-bytes", "lines", "number")
+    )
+    fx.write(operands[1] if len(operands) > 1 else "x", "split pieces")
+
+
+def _patch(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(
+        args, "oidBDFgpr", ("output", "input", "directory", "reject-file")
+    )
+    for word in _values(options, "o", "output", "r", "reject-file"):
+        fx.write(word)
+    dirs = _values(options, "d", "directory")
+    fx.write(dirs[-1] if dirs else ".", "the files a patch names")
+
+
+def _make(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(
+        args, "CfIjlOo", ("directory", "file", "include-dir", "jobs", "load-average")
+    )
+    for word in _values(options, "C", "directory"):
+        fx.write(word, "a make directory")
+
+
+COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
+    "touch": _all_operands("dtr", ("date", "reference")),
+    "rm": _all_operands(),
+    "rmdir": _all_operands(),
+    "mkdir": _all_operands("m", ("mode",)),
+    "unlink": _all_operands(),
+    "shred": _all_operands("ns", ("iterations", "size", "random-source")),
+    "truncate": _all_operands("sr", ("size", "reference")),
+    "mkfifo": _all_operands("m", ("mode",)),
+    "mknod": _all_operands("m", ("mode",)),
+    "chmod": _all_operands("", (), skip=1),
+    "chown": _all_operands("", (), skip=1),
+    "chgrp": _all_operands("", (), skip=1),
+    "tee": _tee,
+    "cp": _copy_like("S", ("suffix", "backup")),
+    "mv": _copy_like("S", ("suffix",), moves=True),
+    "install": _copy_like("mogS", ("mode", "owner", "group", "suffix"), makes_dirs=True),
+    "ln": _copy_like("S", ("suffix",), links=True),
+    "sed": _sed,
+    "perl": _perl,
+    "dd": _dd,
+    "tar": _tar,
+    "curl": _curl,
+    "wget": _wget,
+    "unzip": _unzip,
+    "zip": _zip,
+    "rsync": _rsync,
+    "git": _git,
+    "find": _find,
+    "xargs": _xargs,
+    "sh": _shell,
+    "bash": _shell,
+    "dash": _shell,
+    "zsh": _shell,
+    "sort": _named_output("o", "output"),
+    "uniq": _second_operand,
+    "gzip": _compressor,
+    "gunzip": _compressor,
+    "bzip2": _compressor,
+    "bunzip2": _compressor,
+    "xz": _compressor,
+    "unxz": _compressor,
+    "split": _split,
+    "patch": _patch,
+    "make": _make,
+}

@@ -1,0 +1,123 @@
+"""The Bash write boundary: the command parser (issue 13, 5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from agent_lattice import ToolContext, create_agent_workspace_tools
+
+MODES = ["off"]
+
+
+@pytest.fixture(params=MODES)
+def box(request, tmp_path, monkeypatch):
+    """A workspace, an outside folder with a file in it, a home folder: all under tmp_path."""
+    root, outside, home = tmp_path / "ws", tmp_path / "outside", tmp_path / "home"
+    for folder in (root, outside, home):
+        folder.mkdir()
+    (outside / "victim").write_text("original")
+    (root / "f").write_text("inside")
+    (root / "src").mkdir()
+    (root / "src" / "a.txt").write_text("a")
+    subprocess.run(["tar", "-cf", "a.tar", "f"], cwd=root, check=True)
+    with zipfile.ZipFile(root / "a.zip", "w") as z:
+        z.writestr("z.txt", "zipped")
+    subprocess.run(["git", "init", "-q", "repo"], cwd=root, check=True)
+    monkeypatch.setenv("HOME", str(home))
+    tools = {t.name: t for t in create_agent_workspace_tools(root, sandbox=request.param)}
+    return root, outside, tools, request.param
+
+
+def snapshot(tmp_path: Path) -> dict[str, object]:
+    """Everything outside the workspace: names, contents and modification times."""
+    seen: dict[str, object] = {str(tmp_path): tmp_path.stat().st_mtime_ns}
+    for path in tmp_path.rglob("*"):
+        if path.is_relative_to(tmp_path / "ws"):
+            continue
+        stat = path.lstat()
+        seen[str(path)] = (stat.st_mtime_ns, path.read_bytes() if path.is_file() else None)
+    return seen
+
+
+async def bash(tools, command: str):
+    ctx = ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+    return await tools["Bash"].invoke({"command": command}, ctx)
+
+
+ESCAPES = [
+    "cd .. && touch x",
+    "cd {out}; echo x > f",
+    "pushd {out} && touch f",
+    "cd && touch f",
+    "D={out}; touch $D/f",
+    "ln -s {out} l && echo x > l/f",
+    "ln {out}/victim h && echo x >> h",
+    "echo {out}/f | xargs touch",
+    "find {out} -exec touch {{}} +",
+    "tar -cf {out}/x.tar .",
+    "cp --target-directory={out} f",
+    "git clone -q repo {out}/z",
+    "tar -C {out} -xf a.tar",
+    "curl -s -o {out}/f file://$PWD/f",
+    "wget -q -O {out}/f http://127.0.0.1:9/",
+    "unzip -q a.zip -d {out}",
+    "rsync -a src/ {out}/",
+    # and a few more ways in the same spirit
+    'eval "touch {out}/e"',
+    "sh -c 'cd {out} && touch s'",
+    "f() {{ touch g; }}; cd {out}; f",
+    "cd src; cd ../..; touch up",
+    "echo x > ~/f",
+    "install -d {out}/made",
+    "mv f {out}/",
+    'cd "$(dirname {out}/x)" && touch w',
+]
+
+
+@pytest.mark.parametrize("command", ESCAPES)
+async def test_every_escape_is_refused(box, tmp_path, command):
+    _, outside, tools, mode = box
+    before = snapshot(tmp_path)
+    result = await bash(tools, command.format(out=outside))
+    assert result.is_error, result.content
+    if mode == "required" and not result.content.startswith("{"):
+        # what the parser cannot follow (xargs, a computed cd) runs, and the kernel refuses
+        assert "Read-only file system" in result.content or "No such file" in result.content
+    else:
+        payload = json.loads(result.content)
+        assert payload["error"] == "permission_denied" and payload["tool"] == "Bash"
+        assert "requested_path" in payload or payload["reason"].startswith("cannot tell where")
+    assert snapshot(tmp_path) == before  # nothing was written outside
+
+
+LEGITIMATE = [
+    ("mkdir -p sub/deeper && cd sub && echo hi > deeper/x && cat deeper/x", "sub/deeper/x"),
+    ("ls -la | grep src | wc -l > count.txt 2>/dev/null", "count.txt"),
+    ("cat <<'EOF' > notes.md\nhello > there\nEOF", "notes.md"),
+    (
+        "cd repo && git add -A && git -c user.name=a -c user.email=a@b commit -qm init --allow-empty",
+        "repo/.git/HEAD",
+    ),
+    ("git init -q fresh && cd fresh && echo x > y", "fresh/y"),
+    ("for n in 1 2; do echo $n > n$n.txt; done; [[ -f n1.txt ]] && echo $((1+1)) > sum", "n2.txt"),
+    ('case "$PWD" in */ws) echo matched > case.txt;; esac', "case.txt"),
+    ("tar -cf out.tar src && tar -xf out.tar -C src && unzip -qo a.zip -d unz", "unz/z.txt"),
+    ("pushd src >/dev/null && touch p && popd >/dev/null && touch q", "src/p"),
+    ("D=build; mkdir -p $D && cp -r src/. $D/ && ln -s a.txt $D/link", "build/link"),
+    ("echo warn >&2; tmp=$TMPDIR; echo done > done.txt", "done.txt"),
+]
+
+
+@pytest.mark.parametrize(("command", "made"), LEGITIMATE)
+async def test_ordinary_commands_inside_the_workspace_still_work(box, command, made):
+    root, _, tools, _ = box
+    result = await bash(tools, command)
+    assert not result.is_error, result.content
+    assert (root / made).exists() or (root / made).is_symlink()
+
+
