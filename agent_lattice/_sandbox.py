@@ -1,5 +1,13 @@
 """How Bash runs a command: a scrubbed environment, and an OS sandbox when one is available.
 
+The sandbox is bubblewrap (``bwrap``, Linux): the whole filesystem read-only, the workspace
+roots and the query's granted roots writable at their own paths, a private ``/tmp`` (one per
+workspace, kept between commands), its own process namespace (killing the command kills
+everything it started) and, with ``network=False``, no network. The write-boundary parser
+stays in front of it for a clear refusal; the kernel is the boundary. ``sandbox="auto"`` uses
+it where it works and otherwise says so once in the log and relies on the parser alone;
+``"required"`` refuses to run commands without it; ``"off"`` never uses it.
+
 The environment: a command's output goes to the model, the workflow history and the
 transcripts, so nothing that looks like a credential is passed on — the provider key,
 ``TEMPORAL_*``, ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, database DSNs and URLs
@@ -10,9 +18,15 @@ the host named (the agent's ``api_key``). ``env=`` passes what the host wants on
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
+import logging
 import os
 import re
+import shutil
 import signal
+import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +36,9 @@ from ._errors import OptionError
 from ._search import truncate
 from ._tools import ToolResult
 
-__all__ = ["ShellSettings", "run_command", "shell_environment"]
+__all__ = ["ShellSettings", "jail", "run_command", "sandbox_problem", "shell_environment"]
+
+log = logging.getLogger("agent_lattice.workspace")
 
 SandboxMode = Literal["auto", "required", "off"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "required", "off")
@@ -128,15 +144,85 @@ def _holds(value: str, secrets: Iterable[str]) -> bool:
     return any(secret in value for secret in secrets)
 
 
+# -- the OS sandbox ---------------------------------------------------------------------------
+
+
+@functools.cache  # a fact about this host: probed once per process, not before every command
+def sandbox_problem(network: bool = True) -> str | None:
+    """None when bubblewrap can sandbox a command here; otherwise why it cannot."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap is not installed (no bwrap on PATH; apt-get install bubblewrap)"
+    probe = [bwrap, *_BASE_ARGS, *([] if network else ["--unshare-net"]), "--", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"bwrap could not start a sandbox here ({err})"
+    if done.returncode != 0:
+        reason = done.stderr.strip() or f"exit code {done.returncode}"
+        return f"bwrap is installed but cannot create a sandbox here ({reason})"
+    return None
+
+
+_BASE_ARGS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid")
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+
+
+@functools.cache
+def _private_tmp(workspace: Path) -> str:
+    path = tempfile.mkdtemp(prefix="lattice-bash-tmp-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+async def jail(
+    settings: ShellSettings, *, cwd: Path, roots: Sequence[Path]
+) -> tuple[list[str] | None, str | None]:
+    """The bwrap words to put before ``bash -c`` (None: no sandbox), or why the command may
+    not run at all (``sandbox="required"`` where none works)."""
+    if settings.sandbox == "off":
+        return None, None
+    problem = await asyncio.to_thread(sandbox_problem, settings.network)
+    if problem is not None:
+        if settings.sandbox == "required":
+            message = (
+                f'Bash needs an OS sandbox (sandbox="required") and none works here: {problem}'
+            )
+            _warn_once(message)
+            return None, message
+        network = "" if settings.network else " and network=False cannot be enforced"
+        _warn_once(
+            f"Bash runs without an OS sandbox: {problem}. Writes are checked by the command "
+            f'parser only{network}; install bubblewrap, or pass sandbox="required" to refuse '
+            'to run without it (sandbox="off" silences this).'
+        )
+        return None, None
+    words = [str(shutil.which("bwrap")), *_BASE_ARGS, "--die-with-parent", "--new-session"]
+    if not settings.network:
+        words.append("--unshare-net")
+    words += ["--bind", _private_tmp(cwd), "/tmp"]
+    # parents before children, so a root inside another (or inside /tmp) is mounted last
+    for root in sorted({r for r in roots if r.is_dir()}, key=lambda r: len(r.parts)):
+        words += ["--bind", str(root), str(root)]
+    return [*words, "--chdir", str(cwd), "--"], None
+
+
 async def run_command(
     command: str,
     *,
     cwd: Path,
     env: Mapping[str, str],
     timeout: float,  # noqa: ASYNC109 - the kill needs it
+    jail: Sequence[str] | None = None,
 ) -> ToolResult:
-    """Run ``bash -c command``; its output (stdout and stderr) and exit code as the result."""
+    """Run ``bash -c command`` (inside ``jail`` if given); its output (stdout and stderr)
+    and exit code as the result."""
     proc = await asyncio.create_subprocess_exec(
+        *(jail or ()),
         "bash",
         "-c",
         command,

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from ._bash import BashReading, bash_write_targets, read_command
 from ._errors import OptionError
 from ._options import check_options
-from ._sandbox import ShellSettings, run_command, shell_environment
+from ._sandbox import ShellSettings, jail, run_command, shell_environment
 from ._search import OUTPUT_LIMIT, GrepInput, glob_files, grep_files, truncate
 from ._tools import ToolContext, ToolDefinition, ToolResult, tool
 
@@ -148,7 +148,7 @@ class Boundary:
             matches = glob.glob(str(Path(self.cwd, path))) if glob.has_magic(path) else []
             for each in (path, *matches):
                 denied = self.denial("Bash", each)
-                if denied is not None:
+                if denied is not None and not (sandboxed and _private_tmp(self.resolve(each))):
                     return denied
         for target, base in reading.links:
             denied = self.denial("Bash", target, link_from=base)
@@ -157,6 +157,13 @@ class Boundary:
         if reading.unsure and not sandboxed:
             return self.unsure_denial("Bash", reading.unsure)
         return None
+
+
+def _private_tmp(path: Path) -> bool:
+    """In the sandbox /tmp is its own: a new name there reaches nothing outside. (A name the
+    host's /tmp has is refused all the same: the model means that one, which it cannot reach.)"""
+    parts = path.parts
+    return len(parts) > 2 and parts[1] == "tmp" and not Path("/tmp", parts[2]).exists()
 
 
 _DISCARDS = {os.devnull, "/dev/stdout", "/dev/stderr", "/dev/tty"}
@@ -330,12 +337,15 @@ def _tools(base: Boundary, shell: ShellSettings) -> list[ToolDefinition[object]]
     async def bash(input: BashInput, ctx: ToolContext) -> ToolResult:
         b = boundary(ctx)
         env = shell_environment(os.environ, shell)
+        words, refused = await jail(shell, cwd=b.cwd, roots=b.roots)
+        if refused is not None:
+            return ToolResult(content=refused, is_error=True)
         reading = read_command(input.command, env=env, base=b.cwd)
-        denied = b.bash_denial(reading, sandboxed=False)
+        denied = b.bash_denial(reading, sandboxed=words is not None)
         if denied is not None:
             return denied
         timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
-        return await run_command(input.command, cwd=b.cwd, env=env, timeout=timeout)
+        return await run_command(input.command, cwd=b.cwd, env=env, timeout=timeout, jail=words)
 
     return [
         tool(

@@ -1,17 +1,29 @@
-"""The Bash write boundary: the command parser (issue 13, 5)."""
+"""The Bash write boundary: the command parser, and the OS sandbox behind it (issue 13, 5)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice._sandbox import _warn_once, sandbox_problem
 
-MODES = ["off"]
+NO_SANDBOX = sandbox_problem()
+MODES = [
+    "off",
+    pytest.param(
+        "required",
+        marks=pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}"),
+    ),
+]
 
 
 @pytest.fixture(params=MODES)
@@ -121,3 +133,65 @@ async def test_ordinary_commands_inside_the_workspace_still_work(box, command, m
     assert (root / made).exists() or (root / made).is_symlink()
 
 
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+async def test_the_kernel_stops_what_the_parser_cannot_see(tmp_path, monkeypatch):
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    granted = tmp_path / "granted"
+    granted.mkdir()
+    tools = {t.name: t for t in create_agent_workspace_tools(root, sandbox="required")}
+    ctx = ToolContext(
+        session_id="s", tool_use_id="t", tool_name="Bash", workspace_grants=(str(granted),)
+    )
+    sneaky = (
+        f"python3 -c \"open('{outside}/py', 'w').write('x')\"; cd $(echo {outside}) && touch cd"
+    )
+    result = await tools["Bash"].invoke({"command": sneaky}, ctx)
+    assert "Read-only file system" in result.content or "No such file" in result.content
+    assert list(outside.iterdir()) == []
+    fine = f"echo g > {granted}/g && echo t > /tmp/t && cat /tmp/t && echo w > w"
+    result = await tools["Bash"].invoke({"command": fine}, ctx)
+    assert not result.is_error, result.content
+    assert (granted / "g").exists() and (root / "w").exists()
+    assert "t" in (await tools["Bash"].invoke({"command": "cat /tmp/t"}, ctx)).content
+    assert not Path("/tmp/t").exists()  # noqa: ASYNC240 - the sandbox's /tmp is its own, kept between commands
+    offline = create_agent_workspace_tools(root, sandbox="required", network=False)
+    ip = await offline[-1].invoke({"command": "cat /proc/net/dev | wc -l"}, ctx)
+    assert ip.content.startswith("3")  # the loopback device alone
+    started = time.monotonic()
+    slow = await tools["Bash"].invoke({"command": "sleep 300 & sleep 301", "timeout": 0.5}, ctx)
+    assert "timed out" in slow.content and time.monotonic() - started < 10
+    ps = subprocess.run(  # noqa: ASYNC221
+        ["pgrep", "-f", "sleep 30[01]"], capture_output=True, text=True
+    )
+    assert ps.stdout == ""  # killing the sandbox killed all it started
+
+
+async def test_without_a_sandbox_auto_warns_once_and_required_refuses(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no bwrap on PATH
+    sandbox_problem.cache_clear()
+    _warn_once.cache_clear()
+    try:
+        bash_path = shutil.which("bash", path=os.defpath)
+        assert bash_path is not None
+        (tmp_path / "empty").mkdir()
+        (tmp_path / "empty" / "bash").symlink_to(bash_path)
+        ctx = ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+        auto = create_agent_workspace_tools(tmp_path / "a")[-1]
+        with caplog.at_level(logging.WARNING, logger="agent_lattice.workspace"):
+            for _ in range(3):
+                assert not (await auto.invoke({"command": "echo ok"}, ctx)).is_error
+        warned = [
+            r.getMessage() for r in caplog.records if "without an OS sandbox" in r.getMessage()
+        ]
+        assert len(warned) == 1 and "bubblewrap is not installed" in warned[0]
+        required = create_agent_workspace_tools(tmp_path / "r", sandbox="required")[-1]
+        refused = await required.invoke({"command": "touch x"}, ctx)
+        assert refused.is_error and 'sandbox="required"' in refused.content
+        assert "bubblewrap is not installed" in refused.content
+        assert not (tmp_path / "r" / "x").exists()
+    finally:
+        sandbox_problem.cache_clear()
