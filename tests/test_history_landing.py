@@ -266,6 +266,27 @@ async def test_a_compacted_query_ends_with_the_store_replaced_once(
     assert await store.load() == history  # replaced by the compacted conversation, no duplicates
 
 
+async def test_a_store_the_host_cut_is_not_caught_up_from_temporal(
+    make_agent, fake_anthropic, tmp_path
+):
+    """Catching up appends only to a store cut inside a query (a dead process's), never to
+    one the host cut with replace_history() in another Agent over the session."""
+    path, session = tmp_path / "cut.jsonl", f"s{uuid.uuid4().hex[:10]}"
+    fake_anthropic.set_handler(Script(text("1"), text("2"), text("3")))
+    first = make_agent(session_id=session, history_store=create_jsonl_history_store(path=path))
+    await first.prompt("one")
+    await first.prompt("two")
+    undo = make_agent(session_id=session, history_store=create_jsonl_history_store(path=path))
+    await undo.replace_history((await first.get_history())[:2])  # the last exchange dropped
+
+    later = make_agent(session_id=session, history_store=create_jsonl_history_store(path=path))
+    result = await later.prompt("three")
+
+    assert result.workflow_id.endswith(f"{session}-3")  # the numbering goes on
+    assert [m["content"] for m in fake_anthropic.requests[-1].messages][::2] == ["one", "three"]
+    assert await create_jsonl_history_store(path=path).load() == await later.get_history()
+
+
 # -- crashes ---------------------------------------------------------------------------------
 
 
