@@ -248,8 +248,8 @@ def _curl(fx: Effects, args: Words) -> None:
         "AbcdDeEFHKmorTuUwxXyYzCPQt",
         _names(
             "output dump-header cookie-jar trace trace-ascii stderr output-dir etag-save libcurl "
-            "data header user request url user-agent config cookie form upload-file proxy max- "
-            "time write-out referer range"
+            "data header user request url user-agent config cookie form upload-file proxy max-time "
+            "write-out referer range"
         ),
     )
     outdir = (_values(options, "output-dir") or [None])[-1]
@@ -416,8 +416,7 @@ def _xargs(fx: Effects, args: Words) -> None:
         args,
         "adEILnPs",
         _names(
-            "arg-file delimiter eof max-lines max-args max-procs max-chars replace process-slot- "
-            "var"
+            "arg-file delimiter eof max-lines max-args max-procs max-chars replace process-slot-var"
         ),
         first_operand_stops=True,
     )
