@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
@@ -21,7 +22,7 @@ from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._options import check_options
 from ._skills import Skill
-from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, submit_output_tool
+from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, check_tool_name, submit_output_tool
 from ._tracing import ContextTracer
 from .providers import AnthropicModelClient, ModelClient
 
@@ -186,6 +187,7 @@ class AgentConfig:
                 raise OptionError(
                     f"AgentOptions: tools must be ToolDefinition objects (use tool()); got {type(t).__name__}"
                 )
+            check_tool_name(t.name, "AgentOptions: tools")  # MCP and agent tools too
             if t.name in seen:
                 raise OptionError(f"AgentOptions: duplicate tool name {t.name!r}")
             seen.add(t.name)
@@ -214,6 +216,7 @@ class AgentConfig:
         permission = options.get("permission")
         if permission is not None and not callable(permission):
             raise OptionError("AgentOptions: permission must be a callable (request) -> decision")
+        _check_endpoint(options)
         client = options.get("model_client")
         if client is not None and not isinstance(client, ModelClient):
             raise OptionError("AgentOptions: model_client must implement ModelClient.create()")
@@ -256,6 +259,28 @@ class AgentConfig:
         }
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _check_endpoint(options: Mapping[str, Any]) -> None:
+    """``api_key`` and ``base_url`` are checked here, at assembly: a wrong one otherwise
+    shows up only as a failing model request, after retries."""
+    api_key = options.get("api_key")
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        shown = type(api_key).__name__ if isinstance(api_key, str) else repr(api_key)
+        raise OptionError(f"AgentOptions: api_key must be a non-empty string; got {shown}")
+    base_url = options.get("base_url")
+    if base_url is None:
+        return
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OptionError(
+            "AgentOptions: base_url must be an http:// or https:// URL with a host "
+            f"(for example https://api.anthropic.com); got {base_url!r}"
+        )
+    try:
+        parts.port  # noqa: B018 - parsing the port is what raises on a bad one
+    except ValueError as err:
+        raise OptionError(f"AgentOptions: base_url has a bad port: {base_url!r} ({err})") from None
 
 
 def _workspace(value: Any) -> str | bool | dict[str, Any] | None:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ._errors import OptionError
 from ._messages import ResultMessage
 from ._options import check_options
-from ._tools import ToolDefinition, ToolResult, schema_of
+from ._tools import ToolDefinition, ToolResult, check_tool_name, schema_of
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -215,8 +215,7 @@ def _delegation_tool(
 
     where = f'{factory}("{name}"):'
     check_options(factory, opts, _OPTIONS, prefix=where)
-    if not isinstance(name, str) or not name:
-        raise OptionError(f"{factory}(): name must be a non-empty string")
+    check_tool_name(name, f"{factory}()")  # the name is the lead's tool name
     if isinstance(target, Agent):
         kind, declared = "session", target.config.output_schema
     elif isinstance(target, AgentSpec):

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ._batches import BatchDecision, rejection_content
-from ._messages import ModelMessage, ToolResultBlock, ToolUseBlock
+from ._messages import ContentBlock, ModelMessage, ToolResultBlock, ToolUseBlock
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME
 
 __all__ = [
     "TRUNCATED_TOOL_CALL",
+    "alternating",
     "batch_rejection",
     "rejected_results",
     "text_of",
@@ -74,3 +75,19 @@ def text_of(content: str | list[dict[str, Any]]) -> str:
     if isinstance(content, str):
         return content
     return "".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
+
+
+def alternating(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """The conversation with consecutive messages of one role merged into one, as providers
+    require (an interrupted query leaves its prompt unanswered, then the next prompt follows).
+    Tool results stay first in a merged user message, as the Messages API wants them."""
+    merged: list[ModelMessage] = []
+    for message in messages:
+        if not merged or merged[-1].role != message.role:
+            merged.append(message)
+            continue
+        blocks: list[ContentBlock] = [*merged[-1].blocks, *message.blocks]
+        results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+        others = [b for b in blocks if not isinstance(b, ToolResultBlock)]
+        merged[-1] = message.model_copy(update={"content": [*results, *others]})
+    return merged

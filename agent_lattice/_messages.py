@@ -50,6 +50,9 @@ class ToolUseBlock(_Block):
     id: str
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
+    # set when the model's input was not a JSON object: ``input`` is then ``{}`` (what the
+    # API accepts back) and the call is answered with this error instead of running
+    input_error: str | None = None
 
 
 class ToolResultBlock(_Block):
@@ -151,13 +154,17 @@ class ModelMessage(BaseModel):
             self.content
             if isinstance(self.content, str)
             else [
-                b.model_dump(mode="json", exclude_none=True, exclude={"content_ref"})
-                if isinstance(b, ToolResultBlock)
+                b.model_dump(mode="json", exclude_none=True, exclude=_LOCAL_FIELDS)
+                if isinstance(b, ToolResultBlock | ToolUseBlock)
                 else b.model_dump(mode="json", exclude_none=True)
                 for b in self.content
             ]
         )
         return {"role": self.role, "content": content}
+
+
+# fields of ours on wire blocks: never sent to a provider
+_LOCAL_FIELDS = {"content_ref", "input_error"}
 
 
 class SystemMessage(BaseModel):

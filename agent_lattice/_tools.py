@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import inspect
+import math
+import re
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -19,12 +25,25 @@ __all__ = [
     "ToolDefinition",
     "ToolResult",
     "ToolSpec",
+    "check_tool_name",
+    "run_off_loop",
     "tool",
 ]
 
 TInput = TypeVar("TInput")
 
-_TOOL_OPTIONS = frozenset({"is_concurrency_safe", "metadata", "cheap"})
+_TOOL_OPTIONS = frozenset({"is_concurrency_safe", "metadata", "cheap", "idempotent", "timeout_s"})
+# what the Messages API accepts as a tool name (other names are a 400 on every request)
+TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def check_tool_name(name: Any, where: str) -> None:
+    """Refuse, at assembly, a tool name the provider would reject on every request."""
+    if not isinstance(name, str) or not TOOL_NAME_RE.match(name):
+        raise OptionError(
+            f"{where}: a tool name must be 1-64 letters, digits, '_' or '-' (what the "
+            f"Messages API accepts); got {name!r}"
+        )
 
 
 class ToolResult(BaseModel):
@@ -52,6 +71,17 @@ class ToolContext:
     run_id: str | None = None
     # directories this query may also write to (accepted workspace grants)
     workspace_grants: tuple[str, ...] = ()
+    # the query's workflow (the same across retries and continue-as-new) and which attempt
+    # of this call this is (2: the one retry of an idempotent tool)
+    workflow_id: str | None = None
+    attempt: int = 1
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every attempt of this one tool call, and different for any other
+        call: pass it to an external system that deduplicates (a payment API's idempotency
+        key, a unique database column) to make a side effect happen exactly once."""
+        return f"{self.workflow_id}/{self.tool_use_id}" if self.workflow_id else self.tool_use_id
 
 
 @dataclass(frozen=True)
@@ -93,6 +123,11 @@ class ToolDefinition(Generic[TInput]):
     kind: str = "tool"
     # set on agent tools (agent_tool()/delegate_tool()): what the call delegates to
     delegation: Any = None
+    # safe to run twice: a call cut off by a timeout or a lost worker gets one more attempt
+    # (otherwise the model gets an error result saying the call did not finish)
+    idempotent: bool = False
+    # seconds one attempt may take (None: the runtime's tool_timeout_s)
+    timeout_s: float | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -109,21 +144,36 @@ class ToolDefinition(Generic[TInput]):
         except ValidationError as err:
             raise ValueError(_validation_summary(err)) from None
 
-    async def invoke(self, raw_input: Any, ctx: ToolContext) -> ToolResult:
-        """Validate the input and run the handler; a handler error becomes ``is_error``."""
+    async def invoke(
+        self, raw_input: Any, ctx: ToolContext, *, executor: Executor | None = None
+    ) -> ToolResult:
+        """Validate the input and run the handler; a handler error becomes ``is_error``.
+        A sync handler runs in ``executor`` (a thread), so it never blocks the event loop."""
         try:
             parsed = self.parse_input(raw_input)
         except ValueError as err:
             return ToolResult(content=f"Invalid input for tool {self.name!r}: {err}", is_error=True)
+        args = (parsed, ctx) if _takes_context(self.handler) else (parsed,)
         try:
-            out = (
-                self.handler(parsed, ctx) if _takes_context(self.handler) else self.handler(parsed)
-            )
-            if inspect.isawaitable(out):
-                out = await out
+            out = await run_off_loop(self.handler, *args, executor=executor)
         except Exception as err:  # a failing handler is reported to the model, not raised
             return ToolResult(content=f"Tool {self.name!r} failed: {err}", is_error=True)
         return coerce_result(out, self.name)
+
+
+async def run_off_loop(fn: Callable[..., Any], *args: Any, executor: Executor | None) -> Any:
+    """``fn(*args)``, awaited when it returns an awaitable. A plain function runs in a thread
+    of ``executor``: host code that blocks (``time.sleep``, a sync HTTP client) must not stall
+    the event loop, where heartbeats, interrupts and every other run of the worker live."""
+    # an object whose __call__ is async counts as async too
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        out = fn(*args)
+    else:
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        out = await asyncio.get_running_loop().run_in_executor(executor, call)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
 
 
 def coerce_result(out: Any, name: str) -> ToolResult:
@@ -201,19 +251,25 @@ def tool(
     ``schema`` is a pydantic model (the handler receives an instance), a JSON-schema dict
     (the handler receives the dict), or anything with ``model_json_schema()`` and
     ``model_validate()``. ``handler(input)`` or ``handler(input, ctx)``, sync or async, returns a
-    :class:`ToolResult` or a string. Options: ``is_concurrency_safe(input) -> bool``,
-    ``metadata`` (passed through, never shown to the model), ``cheap`` (run as a local activity).
+    :class:`ToolResult` or a string (a sync handler runs in a worker thread). Options:
+    ``is_concurrency_safe(input) -> bool``, ``metadata`` (passed through, never shown to the
+    model), ``cheap`` (run as a local activity), ``idempotent`` (safe to run twice: a call cut
+    off by a timeout or a lost worker is tried once more; otherwise the model is told the call
+    did not finish), ``timeout_s`` (seconds one attempt may take; default the runtime's
+    ``tool_timeout_s``, 600).
     """
     opts = {**(options or {}), **kwargs}
     check_options("ToolOptions", opts, _TOOL_OPTIONS)
-    if not isinstance(name, str) or not name:
-        raise OptionError("tool(): name must be a non-empty string")
+    check_tool_name(name, "tool()")
     if not callable(handler):
         raise OptionError(f"tool({name!r}): handler must be callable")
     json_schema, validator = schema_of(schema, where=f"tool({name!r})")
     concurrency = opts.get("is_concurrency_safe")
     if concurrency is not None and not callable(concurrency):
         raise OptionError(f"tool({name!r}): is_concurrency_safe must be callable")
+    idempotent = opts.get("idempotent", False)
+    if not isinstance(idempotent, bool):
+        raise OptionError(f"tool({name!r}): idempotent must be True or False; got {idempotent!r}")
     return ToolDefinition(
         name=name,
         description=description,
@@ -223,7 +279,23 @@ def tool(
         is_concurrency_safe=concurrency,
         metadata=opts.get("metadata"),
         cheap=bool(opts.get("cheap", False)),
+        idempotent=idempotent,
+        timeout_s=check_timeout(opts.get("timeout_s"), f"tool({name!r}): timeout_s"),
     )
+
+
+def check_timeout(value: Any, where: str) -> float | None:
+    """A positive, finite number of seconds (or None)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise OptionError(f"{where} must be a positive number of seconds; got {value!r}")
+    return float(value)
 
 
 SUBMIT_OUTPUT_TOOL_NAME = "submit_output"

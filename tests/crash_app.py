@@ -46,6 +46,14 @@ async def block(input: Note) -> ToolResult:
     return ToolResult(content=f"blocked {input.text}")
 
 
+async def once(input: Note) -> ToolResult:
+    """Not idempotent: a call whose worker is killed must not run again."""
+    _record(f"once-start:{input.text}")
+    await asyncio.sleep(120)  # killed while it waits here
+    _record(f"once-done:{input.text}")
+    return ToolResult(content=f"once {input.text}")
+
+
 def build_agent(base_url: str):
     return create_agent(
         name="crashy",
@@ -54,7 +62,9 @@ def build_agent(base_url: str):
         model="claude-test",
         tools=[
             tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block),
+            # idempotent: a call cut off by a crash runs once more on another worker
+            tool("block", "Record a note slowly", Note, block, idempotent=True),
+            tool("once", "Record a note once", Note, once),
         ],
     )
 
@@ -81,7 +91,7 @@ def build_supervisor(base_url: str):
         system_prompt="You are subworker.",
         tools=[
             tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block),
+            tool("block", "Record a note slowly", Note, block, idempotent=True),
         ],
     )
     return create_agent(
@@ -114,7 +124,10 @@ def build_team(base_url: str):
             team_member(
                 name="fast", agent=member("fast", [tool("record", "Record", Note, record)])
             ),
-            team_member(name="slow", agent=member("slow", [tool("block", "Block", Note, block)])),
+            team_member(
+                name="slow",
+                agent=member("slow", [tool("block", "Block", Note, block, idempotent=True)]),
+            ),
         ],
         runner={"max_concurrent_work_items": 2},
     )

@@ -164,6 +164,35 @@ async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
     await keep_history(remote_runtime, result.workflow_id, "crash_mid_tool")
 
 
+async def test_kill_mid_tool_that_is_not_idempotent_tells_the_model_it_did_not_finish(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    """A tool not marked idempotent is never run twice: its worker dies mid-call, and the
+    model gets an error result saying the call did not finish; the query goes on."""
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use("once", {"text": "C"})
+        return text("noted")
+
+    fake_anthropic.set_handler(model)
+    agent = build_agent(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(agent.prompt("Record C once.", runtime=remote_runtime))
+
+    await assert_eventually(lambda: "once-start:C" in effects.read_text(), within=30)
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "noted"
+    assert effects.read_text().splitlines() == ["once-start:C"]  # never started again
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["is_error"] is True
+    assert "Tool 'once' did not finish: its worker stopped responding" in str(answer["content"])
+    assert len(fake_anthropic.requests) == 2
+
+
 async def test_kill_mid_compaction_neither_loses_history_nor_compacts_twice(
     remote_runtime, fake_anthropic, workers, effects
 ):

@@ -37,11 +37,15 @@ async def test_interrupt_during_stream_drops_partial_turn(make_agent, fake_anthr
 
     follow_up = await agent.prompt("Actually, skip 0.15.x and cover 0.16.0 only.")
     assert follow_up.subtype == "success"
-    sent = fake_anthropic.requests[-1].messages
-    assert [m["content"] for m in sent] == [
+    # the unanswered prompt and the next one go out as one user message: providers reject
+    # two messages of one role in a row
+    (sent,) = fake_anthropic.requests[-1].messages
+    assert sent["role"] == "user"
+    assert [b["text"] for b in sent["content"]] == [
         "Draft the release notes.",
         "Actually, skip 0.15.x and cover 0.16.0 only.",
     ]
+    assert [m.role for m in await agent.get_history()] == ["user", "user", "assistant"]
 
 
 async def test_interrupt_during_tool_batch_lands_after_the_batch(make_agent, fake_anthropic):

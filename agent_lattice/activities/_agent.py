@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
@@ -19,13 +18,13 @@ from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evalu
 from .._compaction import compacted_history, cut_point, summary_request
 from .._delegation import Delegation
 from .._hooks import ModelRequestContext, ToolResultContext
-from .._loop import text_of
+from .._loop import alternating, text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
 from .._messages import ModelMessage, ResultMessage, ToolResultBlock, ToolUseBlock, Usage
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._team import has_mailbox_tools
-from .._tools import PermissionRequest, ToolContext, ToolResult
+from .._tools import ToolResult
 from .._tracing import ContextTracer, TraceEvent
 from .._transcripts import (
     TranscriptMissing,
@@ -58,6 +57,13 @@ from ..workflows._types import (
     TraceInput,
     TraceParent,
 )
+from ._tools import (
+    DEFAULT_TOOL_THREADS,
+    ToolThreads,
+    invalid_input,
+    permission_denial,
+    tool_context,
+)
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -70,9 +76,16 @@ T = TypeVar("T")
 class AgentActivities:
     """The activities of every agent a worker serves; holds the registry it resolves keys in."""
 
-    def __init__(self, registry: AgentRegistry, transcripts: TranscriptStore | None = None) -> None:
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        transcripts: TranscriptStore | None = None,
+        *,
+        tool_threads: int = DEFAULT_TOOL_THREADS,
+    ) -> None:
         self._registry = registry
         self._transcript_store = transcripts
+        self._threads = ToolThreads(tool_threads)
 
     @property
     def _transcripts(self) -> TranscriptStore:
@@ -131,7 +144,7 @@ class AgentActivities:
         )
         request = ModelRequest(
             model=config.model,
-            messages=shaped.messages,
+            messages=alternating(shaped.messages),
             system=shaped.system_prompt,
             tools=[t.spec() for t in config.tools],
             max_tokens=config.max_tokens,
@@ -151,9 +164,11 @@ class AgentActivities:
                     attempt=attempt,
                     after=input.after,
                 ) as sender:
-                    message = await _call_model(agent, request, sender.send)
+                    message = await _call_model(
+                        agent, request, sender.send, input.unreachable_give_up_s
+                    )
             else:
-                message = await _call_model(agent, request, None)
+                message = await _call_model(agent, request, None, input.unreachable_give_up_s)
         await tracer.emit(
             "assistant_message",
             turn=input.turn,
@@ -223,12 +238,16 @@ class AgentActivities:
                     tool_use_id=use.id, content=f"Unknown tool {use.name!r}.", is_error=True
                 )
             )
-        ctx = _tool_context(agent, input)
+        ctx = tool_context(agent, input)
         tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
+        threads = self._threads.executor
         async with _heartbeating(), _quiet_when_abandoned():
-            denial = await _permission_denial(agent, use.name, use.input, ctx)
-            result = denial or await definition.invoke(use.input, ctx)
+            result = (
+                invalid_input(use)
+                or await permission_denial(agent, use.name, use.input, ctx, threads)
+                or await definition.invoke(use.input, ctx, executor=threads)
+            )
             return await self._settle(agent, use, result, tracer)
 
     async def _settle(
@@ -265,8 +284,10 @@ class AgentActivities:
         async def refuse(result: ToolResult) -> DelegatePrepared:
             return DelegatePrepared(result=await self._settle(parent, use, result, tracer))
 
-        ctx = _tool_context(parent, input)
-        denial = await _permission_denial(parent, use.name, use.input, ctx)
+        ctx = tool_context(parent, input)
+        denial = invalid_input(use) or await permission_denial(
+            parent, use.name, use.input, ctx, self._threads.executor
+        )
         if denial is not None:
             return await refuse(denial)
         definition = parent.tool(use.name)
@@ -657,19 +678,6 @@ async def _hooked(agent: Agent, use: ToolUseBlock, block: ToolResultBlock) -> To
     return await _hook(hooks.tool_result(context))
 
 
-def _tool_context(agent: Agent, input: ToolCallInput | DelegateCallInput) -> ToolContext:
-    use = input.tool_use
-    return ToolContext(
-        session_id=input.session_id,
-        tool_use_id=use.id,
-        tool_name=use.name,
-        agent_name=agent.config.name,
-        context=input.context,
-        run_id=input.run_id,
-        workspace_grants=tuple(input.workspace_grants),
-    )
-
-
 def _delegation_of(agent: Agent, tool_name: str) -> Delegation:
     definition = agent.tool(tool_name)
     if definition is None or definition.delegation is None:
@@ -780,40 +788,12 @@ def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
     return safe
 
 
-async def _permission_denial(
-    agent: Agent, tool_name: str, tool_input: object, ctx: ToolContext
-) -> ToolResult | None:
-    """Ask the host's permission callback; a denial becomes an error result for the model."""
-    permission = agent.config.permission
-    if permission is None:
-        return None
-    decision = permission(
-        PermissionRequest(
-            tool_name=tool_name,
-            input=tool_input,
-            tool_use_id=ctx.tool_use_id,
-            session_id=ctx.session_id,
-            context=ctx.context,
-        )
-    )
-    if inspect.isawaitable(decision):
-        decision = await decision
-    behavior = (
-        decision.get("behavior")
-        if isinstance(decision, dict)
-        else getattr(decision, "behavior", None)
-    )
-    if behavior == "allow":
-        return None
-    message = (
-        decision.get("message")
-        if isinstance(decision, dict)
-        else getattr(decision, "message", None)
-    ) or (f"Permission to use {tool_name!r} was denied.")
-    return ToolResult(content=message, is_error=True)
-
-
-async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> ModelMessage:
+async def _call_model(
+    agent: Agent,
+    request: ModelRequest,
+    on_event: object,
+    unreachable_give_up_s: float | None = None,
+) -> ModelMessage:
     warm_up = getattr(agent.model_client, "warm_up", None)
     if callable(warm_up):
         await asyncio.to_thread(warm_up)
@@ -831,6 +811,8 @@ async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> 
             category=ApplicationErrorCategory.BENIGN,  # the configured outcome, not a fault
         ) from None
     except ProviderError as err:
+        if err.error_type == "connection" and unreachable_give_up_s is not None:
+            raise _unreachable(err, unreachable_give_up_s) from None
         if err.error_type == "timeout" and request.timeout_ms is not None:
             raise ApplicationError(
                 f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
@@ -847,6 +829,30 @@ async def _call_model(agent: Agent, request: ModelRequest, on_event: object) -> 
             if err.retry_after is not None
             else None,
         ) from None
+
+
+def _unreachable(err: ProviderError, give_up_s: float) -> ApplicationError:
+    """The provider cannot be reached at all (a wrong base_url, a server that is down): retried
+    with short waits for ``give_up_s`` from the first attempt, then final, naming the URL
+    (the message does) rather than waiting out every attempt of a 5xx."""
+    info = activity.info()
+    waited = (datetime.now(UTC) - info.scheduled_time).total_seconds()
+    left = give_up_s - waited
+    if left <= 0:
+        return ApplicationError(
+            f"{err.message} (gave up after {info.attempt} attempt"
+            f"{'s' if info.attempt != 1 else ''} in {waited:.0f} s; "
+            "see ActivitySettings.model_unreachable_give_up_s)",
+            {"status_code": None, "error_type": "connection"},
+            type="ProviderUnreachable",
+            non_retryable=True,
+        )
+    return ApplicationError(
+        err.message,
+        {"status_code": None, "error_type": "connection"},
+        type="ProviderError",
+        next_retry_delay=timedelta(seconds=min(2.0 ** (info.attempt - 1), left)),
+    )
 
 
 @contextlib.asynccontextmanager

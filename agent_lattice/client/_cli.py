@@ -47,6 +47,7 @@ from .._messages import (
     UserMessage,
 )
 from .._team import Team
+from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
 from ._runtime import Runtime
 from ._server import DevServer, lattice_home, pid_alive
@@ -356,10 +357,18 @@ async def has_live_worker(client: Client, task_queue: str) -> bool:
     return False
 
 
-async def _serve_agents(client: Client, agents: dict[str, Agent], shutdown_s: float) -> int:
+async def _serve_agents(
+    client: Client,
+    agents: dict[str, Agent],
+    shutdown_s: float,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+) -> int:
     """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down."""
     workers = create_workers(
-        client, agents.values(), graceful_shutdown_timeout=timedelta(seconds=shutdown_s)
+        client,
+        agents.values(),
+        tool_threads=tool_threads,
+        graceful_shutdown_timeout=timedelta(seconds=shutdown_s),
     )
     stdout.print(
         f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {_target(client)}"
@@ -489,6 +498,10 @@ def worker(
     shutdown_timeout: Annotated[
         float, typer.Option(help="Seconds in-flight activities get on shutdown.")
     ] = 10.0,
+    tool_threads: Annotated[
+        int,
+        typer.Option(min=1, help="Sync tool handlers run at once, each in its own thread."),
+    ] = DEFAULT_TOOL_THREADS,
 ) -> None:
     """Run workers for the agents of APP (one per task queue) until SIGINT/SIGTERM.
 
@@ -497,13 +510,13 @@ def worker(
     """
     with _errors_as_exit():
         agents = app_agents(load_app(app_ref))
-    _execute(lambda: _worker(agents, shutdown_timeout))
+    _execute(lambda: _worker(agents, shutdown_timeout, tool_threads))
 
 
-async def _worker(agents: dict[str, Agent], shutdown_s: float) -> int:
+async def _worker(agents: dict[str, Agent], shutdown_s: float, tool_threads: int) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
-        return await _serve_agents(runtime.client, agents, shutdown_s)
+        return await _serve_agents(runtime.client, agents, shutdown_s, tool_threads)
     finally:
         await runtime.close()
 

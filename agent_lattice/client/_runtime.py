@@ -38,6 +38,7 @@ from .._messages import (
 )
 from .._streaming import StreamReceiver
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
+from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..worker._plugin import LatticePlugin, create_mailbox_worker
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
@@ -119,8 +120,10 @@ class Runtime:
         settings: ActivitySettings | None = None,
         stream_host: str | None = None,
         server: DevServer | None = None,
+        tool_threads: int = DEFAULT_TOOL_THREADS,
     ) -> None:
         self.client = client
+        self.tool_threads = tool_threads  # sync tool handlers the inline workers run at once
         self.inline_workers = inline_workers
         self.settings = settings or ActivitySettings()
         self.server = server
@@ -148,6 +151,7 @@ class Runtime:
         inline_workers: bool | None = None,
         settings: ActivitySettings | None = None,
         quiet: bool = False,
+        tool_threads: int = DEFAULT_TOOL_THREADS,
     ) -> Runtime:
         address = address or os.environ.get("TEMPORAL_ADDRESS")
         namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
@@ -191,7 +195,13 @@ class Runtime:
                 raise ConfigurationError(
                     f"could not connect to Temporal at {address}: {err}"
                 ) from err
-        return cls(client, inline_workers=inline_workers, settings=settings, server=server)
+        return cls(
+            client,
+            inline_workers=inline_workers,
+            settings=settings,
+            server=server,
+            tool_threads=tool_threads,
+        )
 
     # -- workers -------------------------------------------------------------------------
 
@@ -217,9 +227,8 @@ class Runtime:
             async with self._lock:
                 if queue in self._workers:
                     continue
-                worker = Worker(
-                    self.client, task_queue=queue, plugins=[LatticePlugin(self._registry)]
-                )
+                plugin = LatticePlugin(self._registry, tool_threads=self.tool_threads)
+                worker = Worker(self.client, task_queue=queue, plugins=[plugin])
                 task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
         self._served[agent] = agent.key

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -113,13 +114,27 @@ class AnthropicModelClient:
                 final = await self._sdk().messages.create(**params)
         except anthropic.APIStatusError as err:
             raise _classify_status(err) from None
+        except ValueError as err:
+            # The SDK's stream cannot parse a tool input the model streamed (not JSON, or a
+            # bare string): final, so the query ends with the reason instead of re-billing
+            # the same request attempt after attempt.
+            if "tool parameter JSON" not in str(err):
+                raise
+            raise ProviderError(
+                f"the model streamed tool input that is not a JSON object: {err}",
+                retryable=False,
+                error_type="invalid_tool_input",
+            ) from None
         except anthropic.APITimeoutError as err:
             raise ProviderError(
                 f"model request timed out: {err}", retryable=True, error_type="timeout"
             ) from None
         except anthropic.APIConnectionError as err:
+            why = f"{err} ({err.__cause__})" if err.__cause__ is not None else str(err)
             raise ProviderError(
-                f"could not reach the model provider: {err}", retryable=True
+                f"could not reach the model provider at {self._sdk().base_url}: {why}",
+                retryable=True,
+                error_type="connection",
             ) from None
         return _to_message(final)
 
@@ -137,13 +152,39 @@ def _to_message(final: Any) -> ModelMessage:
     return ModelMessage.model_validate(
         {
             "role": "assistant",
-            "content": [b.model_dump(mode="json", exclude_none=True) for b in final.content],
+            "content": [_block(b) for b in final.content],
             "provider_response_id": final.id,
             "model": final.model,
             "stop_reason": final.stop_reason,
             "usage": Usage.model_validate(usage),
         }
     )
+
+
+def _block(block: Any) -> dict[str, Any]:
+    # warnings off: the SDK's models warn when a field holds what its type does not allow
+    data: dict[str, Any] = block.model_dump(mode="json", exclude_none=True, warnings=False)
+    raw = data.get("input")
+    if data.get("type") == "tool_use" and not isinstance(raw, dict):
+        # The model sent a tool input that is no JSON object: the call cannot run, and the
+        # API refuses such a tool_use in the next request. Keep an empty input and say why,
+        # so the call is answered with an error at once (not retried as a failed request).
+        kind = _JSON_TYPES.get(type(raw), type(raw).__name__)
+        shown = json.dumps(raw, ensure_ascii=False)
+        shown = shown if len(shown) <= 200 else shown[:200] + "…"
+        data["input"] = {}
+        data["input_error"] = f"the input must be a JSON object; got {kind} {shown}"
+    return data
+
+
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def _classify_status(err: anthropic.APIStatusError) -> ProviderError:

@@ -15,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .._errors import LatticeError
 from ..activities import AgentActivities
+from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._registry import AgentRegistry
@@ -41,15 +42,23 @@ class LatticePlugin(SimplePlugin):
     adds the workflows and activities too (with no agents it registers none, so a client
     plugin inherited by a worker never registers them twice).
     Workflow failure types are set so a deterministic error (bad input, a library error)
-    fails the workflow instead of retrying its task forever.
+    fails the workflow instead of retrying its task forever. ``tool_threads`` (default 32) is
+    how many sync tool handlers the worker runs at once, each in its own thread.
     """
 
-    def __init__(self, agents: Iterable[Agent] | AgentRegistry | None = None) -> None:
+    def __init__(
+        self,
+        agents: Iterable[Agent] | AgentRegistry | None = None,
+        *,
+        tool_threads: int = DEFAULT_TOOL_THREADS,
+    ) -> None:
         registry = (
             agents if isinstance(agents, AgentRegistry) or agents is None else AgentRegistry(agents)
         )
         self.registry = registry
-        activities = AgentActivities(registry) if registry is not None else None
+        activities = (
+            AgentActivities(registry, tool_threads=tool_threads) if registry is not None else None
+        )
         super().__init__(
             "agent-lattice",
             data_converter=pydantic_data_converter,

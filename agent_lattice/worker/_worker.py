@@ -24,6 +24,7 @@ from .._agent import Agent, AgentSpec
 from .._delegation import delegation_targets
 from .._errors import ConfigurationError
 from .._team import Team
+from ..activities._tools import DEFAULT_TOOL_THREADS
 from ._plugin import LatticePlugin, create_mailbox_worker
 
 __all__ = ["app_agents", "create_worker", "create_workers", "load_app", "resolve_agent"]
@@ -107,18 +108,32 @@ def resolve_agent(target: str) -> Agent | Team:
 
 
 def create_worker(
-    client: Client, agents: Iterable[Agent], *, task_queue: str, **options: Any
+    client: Client,
+    agents: Iterable[Agent],
+    *,
+    task_queue: str,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+    **options: Any,
 ) -> Worker:
-    """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``)."""
-    return Worker(client, task_queue=task_queue, plugins=[LatticePlugin(list(agents))], **options)
+    """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``);
+    ``tool_threads``: how many sync tool handlers run at once (each in a thread)."""
+    plugin = LatticePlugin(list(agents), tool_threads=tool_threads)
+    return Worker(client, task_queue=task_queue, plugins=[plugin], **options)
 
 
-def create_workers(client: Client, agents: Iterable[Agent], **options: Any) -> list[Worker]:
+def create_workers(
+    client: Client,
+    agents: Iterable[Agent],
+    *,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+    **options: Any,
+) -> list[Worker]:
     """One worker per task queue used by ``agents``, and one for the team mailboxes."""
     by_queue: dict[str, list[Agent]] = {}
     for agent in delegation_targets(list(agents)):  # delegated-to agents are served too
         by_queue.setdefault(agent.task_queue, []).append(agent)
     workers = [
-        create_worker(client, group, task_queue=q, **options) for q, group in by_queue.items()
+        create_worker(client, group, task_queue=q, tool_threads=tool_threads, **options)
+        for q, group in by_queue.items()
     ]
     return [*workers, create_mailbox_worker(client, **options)]

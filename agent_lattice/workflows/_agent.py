@@ -19,7 +19,12 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
+    RetryState,
+    TimeoutType,
     WorkflowAlreadyStartedError,
+)
+from temporalio.exceptions import (
+    TimeoutError as ActivityTimeout,
 )
 from temporalio.workflow import ActivityCancellationType
 
@@ -284,7 +289,7 @@ class AgentWorkflow:
                     return await self._finish("error_abort", error=_ABORTED)
                 if self._interrupted:
                     return await self._finish("interrupted")
-                info = _error_info(err)
+                info = _gave_up(err, input.settings.model_give_up_s) or _error_info(err)
                 if (
                     info.type == "APIError"
                     and is_context_overflow(info.status_code, info.message)
@@ -392,6 +397,7 @@ class AgentWorkflow:
                 result_type=CompactOutput,
                 start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
                 heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
+                schedule_to_close_timeout=timedelta(seconds=s.model_give_up_s),
                 retry_policy=_model_retries(s, "CompactionFailed", "RequestTimeout"),
                 summary=f"{input.agent.name} · compaction",
             )
@@ -434,6 +440,7 @@ class AgentWorkflow:
                     request=input.request,
                     run_id=workflow.info().run_id,
                     trace_seq=self._seq_block(2),
+                    unreachable_give_up_s=s.model_unreachable_give_up_s,
                 ),
                 result_type=ModelCallOutput,
                 start_to_close_timeout=timedelta(
@@ -443,6 +450,7 @@ class AgentWorkflow:
                     else input.request.timeout_ms / 1000 + s.model_heartbeat_s
                 ),
                 heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
+                schedule_to_close_timeout=timedelta(seconds=s.model_give_up_s),
                 retry_policy=_model_retries(s, "HookError"),
                 summary=f"{input.agent.name} · {input.agent.model} · turn {self._turns}",
             )
@@ -641,15 +649,21 @@ class AgentWorkflow:
         input, s = self._input, self._input.settings
         call = self._call_input(use)
         name = call.tool_use.name
+        timeout = input.agent.tool_timeouts.get(name, s.tool_timeout_s)
+        # A call cut off (past its timeout, or its worker lost) may have had its side effect:
+        # only a tool marked idempotent runs again, once; the model hears the others did not
+        # finish. (Retry policies are not part of Temporal's determinism check.)
+        attempts = 2 if name in input.agent.idempotent_tools else 1
         try:
             if name in input.agent.cheap_tools:
                 return await workflow.execute_local_activity(
                     TOOL_ACTIVITY,
                     call,
                     result_type=ToolCallOutput,
-                    start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
+                    start_to_close_timeout=timedelta(seconds=timeout),
                     retry_policy=RetryPolicy(
-                        non_retryable_error_types=["AgentNotRegistered", "HookError"]
+                        maximum_attempts=attempts,
+                        non_retryable_error_types=["AgentNotRegistered", "HookError"],
                     ),
                     summary=f"{input.agent.name} · tool {name}",
                     # an abort waits for a started handler to settle (seeds: Concurrent tools)
@@ -659,11 +673,12 @@ class AgentWorkflow:
                 TOOL_ACTIVITY,
                 call,
                 result_type=ToolCallOutput,
-                start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
+                start_to_close_timeout=timedelta(seconds=timeout),
                 heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=s.retry_initial_s),
                     maximum_interval=timedelta(seconds=s.retry_max_interval_s),
+                    maximum_attempts=attempts,
                     non_retryable_error_types=["AgentNotRegistered", "HookError"],
                 ),
                 summary=f"{input.agent.name} · tool {name}",
@@ -674,7 +689,16 @@ class AgentWorkflow:
                 raise
             if self._aborted:
                 return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
-            return self._could_not_run(call.tool_use, err)
+            why = _cut_off(err, timeout)
+            if why is None:
+                return self._could_not_run(call.tool_use, err)
+            tried = " (tried twice)" if attempts > 1 else ""
+            message = (
+                f"Tool {name!r} did not finish: {why}{tried}. Whether it took effect is "
+                "unknown: check before calling it again."
+            )
+            block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
+            return self._made([ToolCallOutput(block=block)])[0]
 
     def _could_not_run(self, use: ToolUseBlock, err: BaseException) -> ToolCallOutput:
         message = f"Tool {use.name!r} could not run: {_error_info(err).message}"
@@ -859,6 +883,43 @@ def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:
     )
 
 
+def _gave_up(err: BaseException, budget_s: float) -> ErrorInfo | None:
+    """A model request that ran out of its whole budget (``model_give_up_s``): Temporal ends
+    it when the budget passes, or sooner when the next attempt could not start within it."""
+    if not isinstance(err, ActivityError) or err.retry_state != RetryState.TIMEOUT:
+        return None
+    last: BaseException | None = _root(err)
+    if isinstance(last, ActivityTimeout):
+        last = last.cause  # the last attempt's failure, when Temporal kept it
+    info = _error_info(last) if last is not None else None
+    detail = f"; last attempt: {info.message}" if info is not None else ""
+    return ErrorInfo(
+        type="APIError",
+        message=f"the model request was given up: no answer within model_give_up_s "
+        f"({budget_s:g} s){detail}",
+        status_code=info.status_code if info is not None else None,
+    )
+
+
+def _root(err: BaseException) -> BaseException:
+    cause = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    return cause
+
+
+def _cut_off(err: BaseException, timeout_s: float) -> str | None:
+    """Why a tool call was cut off mid-run (None: it failed some other way)."""
+    cause = _root(err)
+    if isinstance(cause, ActivityTimeout):
+        if cause.type == TimeoutType.HEARTBEAT:
+            return "its worker stopped responding (it crashed or was cut off)"
+        return f"it ran past its {timeout_s:g} s timeout"
+    if isinstance(cause, ApplicationError) and cause.type == "Abandoned":
+        return "its worker stopped while it ran"
+    return None
+
+
 def _error_info(err: BaseException) -> ErrorInfo:
     cause: BaseException | None = err
     while isinstance(cause, ActivityError) and cause.cause is not None:
@@ -868,7 +929,7 @@ def _error_info(err: BaseException) -> ErrorInfo:
         status = details.get("status_code") if isinstance(details, dict) else None
         kind = (
             "APIError"
-            if cause.type in ("ProviderRejected", "ProviderError")
+            if cause.type in ("ProviderRejected", "ProviderError", "ProviderUnreachable")
             else cause.type or "Error"
         )
         return ErrorInfo(type=kind, message=cause.message, status_code=status)

@@ -43,6 +43,8 @@ def agent_ref(agent: Agent) -> AgentRef:
             and t.delegation.kind == "adapter"
             and t.delegation.team is not None
         ],
+        idempotent_tools=[t.name for t in config.tools if t.idempotent],
+        tool_timeouts={t.name: t.timeout_s for t in config.tools if t.timeout_s is not None},
     )
 
 

@@ -76,6 +76,9 @@ class AgentRef(BaseModel):
     # team member tools whose target is a host AgentLike: their handoffs go to the team
     # runtime (through the delegation activities); their asks run as tool activities
     member_adapters: list[str] = Field(default_factory=list)
+    # tools marked idempotent (a call cut off is tried once more) and per-tool timeouts
+    idempotent_tools: list[str] = Field(default_factory=list)
+    tool_timeouts: dict[str, float] = Field(default_factory=dict)
 
 
 class ActivitySettings(BaseModel):
@@ -90,6 +93,12 @@ class ActivitySettings(BaseModel):
     retry_max_interval_s: float = 60.0
     # a query continues-as-new after this many turns in one run (or when Temporal suggests it)
     turns_per_run: int = 200
+    # A model request gives up this long after it was first scheduled, whatever its attempts
+    # and retry-after waits (the activity's schedule-to-close timeout) ...
+    model_give_up_s: float = 900.0
+    # ... and sooner when the provider cannot be reached at all (connection refused, DNS):
+    # a wrong base_url is reported within this time, naming the URL
+    model_unreachable_give_up_s: float = 20.0
 
 
 class RequestOptions(BaseModel):
@@ -187,6 +196,8 @@ class ModelCallInput(BaseModel):
     request: RequestOptions = Field(default_factory=RequestOptions)
     run_id: str | None = None
     trace_seq: int = 0
+    # see ActivitySettings.model_unreachable_give_up_s
+    unreachable_give_up_s: float | None = None
 
 
 class ModelCallOutput(BaseModel):

@@ -1,0 +1,173 @@
+"""Tools run once: a sync handler runs off the event loop and heartbeats; a call cut off by its
+timeout is retried once only when the tool is idempotent, else the model hears it did not
+finish; each call has an idempotency key that is the same on its retry."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from agent_lattice import OptionError, ToolContext, tool
+from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, hang, text, tool_use
+
+from conftest import Expr
+
+
+@pytest.fixture
+def short_heartbeats(lattice_runtime):
+    """A 2 s tool heartbeat timeout: a handler that keeps the event loop busy longer than that
+    would have its call timed out and run again."""
+    lattice_runtime.settings = FAST_SETTINGS.model_copy(update={"tool_heartbeat_s": 2.0})
+    return lattice_runtime
+
+
+async def test_a_blocking_sync_tool_runs_once_and_the_query_ends(
+    make_agent, fake_anthropic, short_heartbeats
+):
+    calls: list[str] = []
+
+    def slow_sync(input: Expr) -> str:
+        calls.append(input.expr)
+        time.sleep(5)  # blocks its thread 2.5 heartbeat timeouts long
+        return "done slowly"
+
+    fake_anthropic.set_handler(Script(tool_use("slow_sync", {"expr": "x"}), text("finished")))
+    agent = make_agent(tools=[tool("slow_sync", "Blocks", Expr, slow_sync)])
+    result = await asyncio.wait_for(agent.prompt("Run it."), 30)
+
+    assert result.subtype == "success" and result.result == "finished"
+    assert calls == ["x"]
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["content"] == "done slowly" and not answer.get("is_error")
+
+
+async def test_while_a_sync_tool_blocks_other_queries_and_interrupts_get_through(
+    make_agent, fake_anthropic, short_heartbeats
+):
+    started, release = threading.Event(), threading.Event()
+
+    def waits(input: Expr) -> str:
+        started.set()
+        release.wait(30)
+        return "released"
+
+    def model(request):
+        system = request.system or ""
+        if "You are blocker." in system:
+            return (
+                text("blocker done") if request.tool_results else tool_use("waits", {"expr": "x"})
+            )
+        if "You are hanger." in system:
+            return hang(60)
+        return text("quick answer")
+
+    fake_anthropic.set_handler(model)
+    blocker = make_agent(
+        name="blocker",
+        system_prompt="You are blocker.",
+        tools=[tool("waits", "Waits", Expr, waits)],
+    )
+    quick = make_agent(name="quick", system_prompt="You are quick.")
+    hanger = make_agent(name="hanger", system_prompt="You are hanger.")
+
+    blocked = asyncio.ensure_future(blocker.prompt("Wait."))
+    await asyncio.wait_for(asyncio.to_thread(started.wait, 20), 25)
+    try:
+        # the handler holds its thread; this process's event loop serves everything else
+        answer = await asyncio.wait_for(quick.prompt("Quick?"), 10)
+        assert answer.result == "quick answer"
+
+        hanging = asyncio.ensure_future(hanger.prompt("Hang."))
+        await assert_eventually(
+            lambda: any("You are hanger." in (r.system or "") for r in fake_anthropic.requests)
+        )
+        assert hanger.interrupt() is True
+        interrupted = await asyncio.wait_for(hanging, 10)
+        assert interrupted.subtype == "interrupted"
+        assert not blocked.done()  # all of that happened while the tool still blocked
+    finally:
+        release.set()
+    result = await asyncio.wait_for(blocked, 30)
+    assert result.subtype == "success" and result.result == "blocker done"
+
+
+@pytest.mark.parametrize("cheap", [False, True], ids=["activity", "local-activity"])
+async def test_a_tool_past_its_timeout_runs_once_and_the_model_hears_it_did_not_finish(
+    make_agent, fake_anthropic, cheap
+):
+    calls: list[str] = []
+
+    async def too_slow(input: Expr) -> str:
+        calls.append(input.expr)
+        await asyncio.sleep(3)
+        return "too late"
+
+    fake_anthropic.set_handler(Script(tool_use("too_slow", {"expr": "x"}), text("moving on")))
+    agent = make_agent(tools=[tool("too_slow", "Slow", Expr, too_slow, timeout_s=1, cheap=cheap)])
+    result = await asyncio.wait_for(agent.prompt("Try it."), 30)
+
+    assert result.subtype == "success" and result.result == "moving on"
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["is_error"] is True
+    assert "Tool 'too_slow' did not finish: it ran past its 1 s timeout" in answer["content"]
+    await asyncio.sleep(1.5)  # a retry would have started by now
+    assert calls == ["x"]
+
+
+async def test_an_idempotent_tool_is_retried_once_with_the_same_idempotency_key(
+    make_agent, fake_anthropic
+):
+    seen: list[tuple[str, str | None, int]] = []
+
+    def flaky(input: Expr, ctx: ToolContext) -> str:
+        seen.append((ctx.idempotency_key, ctx.workflow_id, ctx.attempt))
+        if ctx.attempt == 1:
+            time.sleep(3)  # cut off by the 1 s timeout
+        return f"stored under {ctx.idempotency_key}"
+
+    fake_anthropic.set_handler(
+        Script(tool_use("store", {"expr": "x"}, id="toolu_store_1"), text("stored"))
+    )
+    agent = make_agent(tools=[tool("store", "Store", Expr, flaky, idempotent=True, timeout_s=1)])
+    result = await asyncio.wait_for(agent.prompt("Store it."), 30)
+
+    assert result.subtype == "success" and result.result == "stored"
+    key = f"{result.workflow_id}/toolu_store_1"
+    assert seen == [(key, result.workflow_id, 1), (key, result.workflow_id, 2)]
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["content"] == f"stored under {key}"
+
+
+async def test_an_idempotent_tool_that_never_finishes_gets_two_attempts(make_agent, fake_anthropic):
+    calls: list[int] = []
+
+    async def stuck(input: Expr, ctx: ToolContext) -> str:
+        calls.append(ctx.attempt)
+        await asyncio.sleep(3)
+        return "too late"
+
+    fake_anthropic.set_handler(Script(tool_use("stuck", {"expr": "x"}), text("gave up")))
+    agent = make_agent(tools=[tool("stuck", "Stuck", Expr, stuck, idempotent=True, timeout_s=1)])
+    result = await asyncio.wait_for(agent.prompt("Try."), 30)
+
+    assert result.subtype == "success" and result.result == "gave up"
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["is_error"] is True and "(tried twice)" in answer["content"]
+    await asyncio.sleep(1.5)
+    assert calls == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("options", "wrong"),
+    [
+        ({"timeout_s": 0}, "timeout_s must be a positive number of seconds; got 0"),
+        ({"timeout_s": "5"}, "timeout_s must be a positive number of seconds; got '5'"),
+        ({"idempotent": "yes"}, "idempotent must be True or False; got 'yes'"),
+    ],
+)
+def test_tool_durability_options_are_checked_at_assembly(options, wrong):
+    with pytest.raises(OptionError, match=wrong):
+        tool("t", "T", Expr, lambda _input: "x", **options)
