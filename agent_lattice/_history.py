@@ -190,28 +190,26 @@ async def caught_up(
     """The conversation an Agent continues from its store and what Temporal kept for its
     session (``kept``; None for a new session), and whether the store holds it.
 
-    A process that died mid-query left the store cut inside that query (ending with its
-    prompt, a tool call or tool results) and a prefix of what the run went on to keep (its
-    later messages landed while nobody wrote them): the missing tail is appended. Anything
-    else keeps the store's conversation, as the seeds make the store the source (a store
-    ending with a finished reply was cut by the host, e.g. ``replace_history()`` dropping the
-    last turns, and stays so); a store that failed to load (swallowed) is left alone and the
-    session continues from Temporal's copy, in memory."""
+    A store that ends with a finished reply is the conversation, as the seeds make the store
+    the source (the host may have cut it, e.g. ``replace_history()`` dropping the last turns).
+    A store cut inside a query (ending with its prompt, a tool call or tool results: its
+    process died) is brought to what Temporal kept of that query: the missing tail is
+    appended, or, when the run rewrote the conversation (compaction, a dropped turn, a run
+    that never started), the store is replaced. A store that failed to load (swallowed) is
+    left alone and the session continues from Temporal's copy, in memory."""
     stored, ok = await store._loaded()
     if not ok:
         return kept or [], True
     finished = bool(stored) and stored[-1].role == "assistant" and not stored[-1].tool_uses
-    if (
-        kept is None
-        or finished
-        or len(kept) <= len(stored)
-        or not _same(stored, kept[: len(stored)])
-    ):
+    if kept is None or finished or _same(stored, kept):
         return stored, True
-    for message in kept[len(stored) :]:
-        if not await store._wrote_append(message):
-            return kept, False
-    return kept, True
+    n = len(stored)
+    if len(kept) > n and _same(stored, kept[:n]):
+        for message in kept[n:]:
+            if not await store._wrote_append(message):
+                return kept, False
+        return kept, True
+    return kept, await store._wrote_replace(kept)
 
 
 def define_history_store(
