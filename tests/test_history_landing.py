@@ -40,6 +40,7 @@ from agent_lattice.testing import (
     Script,
     assert_eventually,
     collect,
+    hang,
     slow,
     text,
     tool_use,
@@ -221,6 +222,35 @@ async def test_an_interrupted_query_leaves_what_landed_and_no_partial_reply(
     result = await agent.prompt("Again?")
     assert result.result == "Asked again: 2."
     assert await store.load() == await agent.get_history()
+
+
+async def test_a_cancelled_prompt_leaves_the_store_equal_to_the_history(
+    make_agent, fake_anthropic, tmp_path
+):
+    store = create_jsonl_history_store(path=tmp_path / "cancelled.jsonl")
+    fake_anthropic.set_handler(Script(tool_use("calculator", {"expr": "1+1"}), hang(30)))
+    agent = make_agent(history_store=store, tools=[make_calculator()])
+
+    task = asyncio.ensure_future(agent.prompt("What is 1+1?"))
+    await assert_eventually(lambda: len(fake_anthropic.requests) == 2)  # the hung request
+    await assert_eventually(async_len(store, 3))  # what landed is stored while it hangs
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert shape(await agent.get_history()) == [
+        "user:text",
+        "assistant:tool_use",
+        "user:tool_result",
+    ]
+    assert await store.load() == await agent.get_history()
+
+
+def async_len(store, n: int):
+    async def check() -> bool:
+        return len(await store.load()) >= n
+
+    return check
 
 
 async def test_a_turn_the_run_drops_leaves_the_store_too(make_agent, fake_anthropic, tmp_path):
