@@ -407,7 +407,7 @@ class Agent:
         session from what Temporal holds (a new Agent over an earlier session id)."""
         if self._loaded:
             return
-        resumed = await runtime.session_state(self.name, self.session_id)
+        resumed = await runtime.session_state(self.name, self.session_id, agent=self)
         if resumed is not None:
             self._history, self._queries = resumed
         store = self.config.history_store

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,9 +25,6 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -48,14 +44,15 @@ from .._messages import (
 )
 from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
+from ._orphans import orphan_hint, run_state, team_may_start, until_served
+from ._orphans import queue_served as has_live_worker
 from ._runtime import Runtime
-from ._server import DevServer, lattice_home, pid_alive
+from ._server import DevServer, lattice_home
 
 __all__ = ["Renderer", "app", "main"]
 
-# A worker's long poll lasts up to ~60 s, so a live poller was seen within that window.
-POLLER_FRESH = timedelta(seconds=70)
 # Without a message after this long, a run that relies on an external worker says so.
 WORKER_HINT_AFTER_S = 5.0
 TOOL_RESULT_CHARS = 200
@@ -326,37 +323,6 @@ def _target(client: Client) -> str:
     return f"{client.service_client.config.target_host} (namespace {client.namespace})"
 
 
-def _poller_alive(identity: str, last_access: datetime | None) -> bool:
-    """Temporal lists a poller for minutes after it stopped: judge by its last poll, and for a
-    worker on this host (identity ``pid@hostname``, the SDK default) by its process."""
-    if last_access is not None and datetime.now(UTC) - last_access > POLLER_FRESH:
-        return False
-    pid, _, host = identity.partition("@")
-    if pid.isdigit() and host == socket.gethostname():
-        return pid_alive(int(pid))
-    return True
-
-
-async def has_live_worker(client: Client, task_queue: str) -> bool:
-    """Whether a worker currently polls ``task_queue`` for workflow tasks."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    for poller in response.pollers:
-        seen = (
-            poller.last_access_time.ToDatetime(tzinfo=UTC)
-            if poller.HasField("last_access_time")
-            else None
-        )
-        if _poller_alive(poller.identity, seen):
-            return True
-    return False
-
-
 async def _serve_agents(
     client: Client,
     agents: dict[str, Agent],
@@ -395,10 +361,17 @@ async def _serve_agents(
     with _on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
         tasks = [asyncio.create_task(w.run()) for w in workers]
         waiter = asyncio.create_task(stop.wait())
+        # runs of these agents whose inline process died are served here too
+        adopter = asyncio.create_task(
+            adopt_orphans(client, agents.values(), lambda said: stderr.print(Text(said, "yellow")))
+        )
         stdout.print("ready · Ctrl-C to stop", style="green")
         await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
             stderr.print(Text("shutting down workers…", style="dim"))
+        adopter.cancel()
+        with contextlib.suppress(BaseException):
+            await adopter
         pending = [w.shutdown() for w, t in zip(workers, tasks, strict=True) if not t.done()]
         await asyncio.gather(*pending, return_exceptions=True)
         waiter.cancel()
@@ -641,21 +614,61 @@ async def _aclose(messages: AsyncIterator[Any]) -> None:
 @app.command()
 def interrupt(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="End a run that no worker serves (its process died): serve it here, without "
+            "its agent, until it ends interrupted; its completed turns stay in its session.",
+        ),
+    ] = False,
 ) -> None:
-    """Interrupt a running query: it ends with the result subtype `interrupted`."""
-    _execute(lambda: _interrupt(workflow_id))
+    """Interrupt a running query: it ends with the result subtype `interrupted`.
+
+    Exit code 1 when no worker serves the run (nothing would happen until it is adopted)
+    and --force was not given, or when there is no such run.
+    """
+    _execute(lambda: _interrupt(workflow_id, force))
 
 
-async def _interrupt(workflow_id: str) -> int:
+async def _interrupt(workflow_id: str, force: bool) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
-        if await runtime.interrupt(workflow_id):
-            stdout.print(f"interrupt sent to {workflow_id} (it was running)")
-        else:
+        state = await _state_or_none(runtime, workflow_id)
+        if state is None:
+            return 1
+        if not state.running:
             stdout.print(f"{workflow_id} is not running; nothing to interrupt")
+        elif state.served:
+            await runtime.interrupt(workflow_id)
+            stdout.print(f"interrupt sent to {workflow_id} (it was running)")
+        elif not force:
+            _fail(
+                f"{orphan_hint(state)}. No interrupt was sent: nothing happens to it until it "
+                "is adopted."
+            )
+            return 1
+        else:
+            stderr.print(Text(f"no worker serves {workflow_id}: ending it from here…", "dim"))
+            result = await runtime.end_orphan(workflow_id)
+            if result is None:
+                _fail(f"{workflow_id} did not end within 60 s: terminated (its turns are lost)")
+                return 1
+            stdout.print(f"{workflow_id} ended: {result.subtype} (completed turns kept)")
         return 0
     finally:
         await runtime.close()
+
+
+async def _state_or_none(runtime: Runtime, workflow_id: str) -> Any:
+    """The run's state; None (with the error said) when there is no run with that id."""
+    try:
+        return await run_state(runtime.client, workflow_id)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    _fail(f"no run with id {workflow_id!r} (see `lattice runs`)")
+    return None
 
 
 @app.command()
@@ -672,6 +685,15 @@ def attach(
 async def _attach(workflow_id: str, json_lines: bool) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
+        # a team lead's query may be about to start: durable_messages waits for it then
+        if not await team_may_start(runtime.client, workflow_id):
+            state = await _state_or_none(runtime, workflow_id)
+            if state is None:
+                return 1
+            if state.orphaned:
+                stderr.print(Text(orphan_hint(state), "yellow"))
+                # a reader's polls would queue on the dead process's queue: follow once adopted
+                await until_served(runtime.client, state)
         renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
         result: ResultMessage | None = None
         # A run in progress is followed live; a closed one is rebuilt from its history.

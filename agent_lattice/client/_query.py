@@ -34,6 +34,7 @@ from .._tracing import ContextTracer
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
 from ._runtime import Runtime, get_default_runtime
 
 if TYPE_CHECKING:
@@ -283,7 +284,9 @@ class QueryRun:
 
         async def pump_durable() -> None:
             try:
-                async for message in runtime.durable_messages(self.workflow_id):
+                async for message in runtime.durable_messages(
+                    self.workflow_id, appears_within=APPEARS_S
+                ):
                     # into the history store as it lands, before the caller sees it
                     if not await self._landed(message):
                         await queue.put(_STORE_FAILED)
@@ -301,7 +304,7 @@ class QueryRun:
             source = event.lead_workflow_id or event.workflow_id
             assert source is not None
             try:
-                async for nested in runtime.durable_messages(source):
+                async for nested in runtime.durable_messages(source, appears_within=APPEARS_S):
                     if isinstance(nested, TeamMessageEvent | TeamAgentEvent):
                         await queue.put(_Nested(nested))  # the inner team's own event
                         if _has_stream(nested):
@@ -397,7 +400,9 @@ class QueryRun:
     async def _follow(self, runtime: Runtime) -> None:
         """prompt()'s reader of the durable messages, for the history store alone."""
         try:
-            async for message in runtime.durable_messages(self.workflow_id):
+            async for message in runtime.durable_messages(
+                self.workflow_id, appears_within=APPEARS_S
+            ):
                 if not await self._landed(message):
                     return
         except Exception as err:  # the end of the query writes what this one missed

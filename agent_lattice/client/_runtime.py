@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from .._delegation import delegation_targets
-from .._errors import ConcurrentQueryError, ConfigurationError
+from .._errors import ConfigurationError
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
@@ -44,6 +44,18 @@ from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
+from ._orphans import (
+    PRIVATE_STICKY_TIMEOUT,
+    RunState,
+    adoptable,
+    end_orphan,
+    next_before_close,
+    run_closed,
+    run_queues,
+    run_state,
+    serving,
+    team_may_start,
+)
 from ._server import DevServer, lattice_home
 
 if TYPE_CHECKING:
@@ -227,8 +239,13 @@ class Runtime:
             async with self._lock:
                 if queue in self._workers:
                     continue
-                plugin = LatticePlugin(self._registry, tool_threads=self.tool_threads)
-                worker = Worker(self.client, task_queue=queue, plugins=[plugin])
+                worker = Worker(
+                    self.client,
+                    task_queue=queue,
+                    plugins=[LatticePlugin(self._registry, tool_threads=self.tool_threads)],
+                    # when this process dies, an adopter gets its runs' next tasks soon
+                    sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
+                )
                 task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
         self._served[agent] = agent.key
@@ -279,21 +296,36 @@ class Runtime:
     # -- runs ----------------------------------------------------------------------------
 
     def durable_messages(
-        self, workflow_id: str, *, from_offset: int = 0
+        self, workflow_id: str, *, from_offset: int = 0, appears_within: float | None = None
     ) -> AsyncIterator[SDKMessage]:
-        """The durable messages of a run (system, assistant, user, result) from ``from_offset``."""
-        return self._durable(workflow_id, from_offset)
+        """The durable messages of a run (system, assistant, user, result) from ``from_offset``.
 
-    async def _durable(self, workflow_id: str, from_offset: int) -> AsyncIterator[SDKMessage]:
+        A run that does not exist raises ``RPCError`` (NOT_FOUND) at once, unless it may be
+        about to start: it waits ``appears_within`` seconds for it (default: 60 s when a
+        running team workflow may start it as its lead's query, else none)."""
+        return self._durable(workflow_id, from_offset, appears_within)
+
+    async def _durable(
+        self, workflow_id: str, from_offset: int, appears_within: float | None
+    ) -> AsyncIterator[SDKMessage]:
         handle = self.client.get_workflow_handle(workflow_id)
-        # a team lead's query is started by its TeamWorkflow: it may not exist quite yet
-        deadline = time.monotonic() + WORKFLOW_APPEARS_S
+        deadline: float | None = None
         while True:
             try:
                 status = (await handle.describe()).status
                 break
             except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                if deadline is None:
+                    if appears_within is None:
+                        appears_within = (
+                            WORKFLOW_APPEARS_S
+                            if await team_may_start(self.client, workflow_id)
+                            else 0
+                        )
+                    deadline = time.monotonic() + appears_within
+                if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(POLL_COOLDOWN_S)
         if status != WorkflowExecutionStatus.RUNNING:
@@ -302,10 +334,12 @@ class Runtime:
                 yield message
             return
         stream = WorkflowStreamClient.create(self.client, workflow_id)
+        items = stream.subscribe(MESSAGES_TOPIC, from_offset=from_offset, poll_cooldown=_cooldown())
+        closed = asyncio.ensure_future(run_closed(self.client, workflow_id))
         try:
-            async for item in stream.subscribe(
-                MESSAGES_TOPIC, from_offset=from_offset, poll_cooldown=_cooldown()
-            ):
+            # the run closing is watched: its stream's last read can wait ~30 s on a worker
+            # that left with it (a query on the closed run); the record answers then
+            while (item := await next_before_close(items, closed)) is not None:
                 message = await self.hydrated(SDK_MESSAGE.validate_python(item.data))
                 yield message
                 if isinstance(message, ResultMessage):
@@ -313,7 +347,9 @@ class Runtime:
         except Exception as err:
             # The run closed while we read and no worker answers for it: use the record.
             log.debug("stream of %s unavailable: %s", workflow_id, err)
-            yield await self.outcome(workflow_id)
+        finally:
+            closed.cancel()
+        yield await self.outcome(workflow_id)
 
     async def _recorded_messages(self, workflow_id: str) -> list[SDKMessage]:
         """The durable messages of a closed run, rebuilt from its input and output."""
@@ -377,11 +413,14 @@ class Runtime:
         return message
 
     async def session_state(
-        self, agent_name: str, session_id: str
+        self, agent_name: str, session_id: str, *, agent: Agent | None = None
     ) -> tuple[list[ModelMessage], int] | None:
         """An earlier session's conversation as Temporal holds it, and how many queries it ran;
         None for a new session. Query workflows are numbered ``<name>-<session>-<n>``: the
-        last one is found by probing (doubling, then bisecting), no visibility search needed."""
+        last one is found by probing (doubling, then bisecting), no visibility search needed.
+
+        A last query still running whose process died (an orphan) is adopted when ``agent``
+        has its definition: served from here until it ends, then its turns are the history."""
 
         async def exists(n: int) -> bool:
             try:
@@ -403,10 +442,7 @@ class Runtime:
         workflow_id = f"{agent_name}-{session_id}-{low}"
         handle = self.client.get_workflow_handle(workflow_id)
         if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-            raise ConcurrentQueryError(
-                f"session {session_id!r} has a query running ({workflow_id}); wait for it, or "
-                f"interrupt it with `lattice interrupt {workflow_id}`"
-            )
+            await self._adopt(await run_state(self.client, workflow_id), agent)
         history = await handle.fetch_history()
         started = history.events[0].workflow_execution_started_event_attributes
         (run_input,) = await self.client.data_converter.decode(
@@ -417,6 +453,34 @@ class Runtime:
             return list(run_input.history), low
         messages, _, _ = await self.run_transcript(output, run_input)
         return messages, low
+
+    async def _adopt(self, state: RunState, agent: Agent | None) -> None:
+        """Serve an orphaned run of ``agent``'s session until it closes, or say why not."""
+        tag = adoptable(state, agent if self.inline_workers else None)
+        if tag is None or agent is None:
+            return  # it closed meanwhile
+        queues = [state.task_queue]
+        for served in delegation_targets([agent]):
+            if served._team is not None:
+                await self.ensure_mailbox_worker()
+            self._registry.add_session(served)
+            self._registry.add(served)
+            if not served.config.task_queue:  # its delegates ran on the same process's queues
+                queues.append(f"{served.task_queue}@{tag}")
+        queues += await run_queues(self.client, state.workflow_id)
+        async with serving(self.client, queues, self._registry):
+            await self._output(state.workflow_id)
+
+    async def run_served(self, workflow_id: str) -> bool:
+        """Whether a live worker serves the running ``workflow_id`` (see ``_orphans``)."""
+        return (await run_state(self.client, workflow_id)).served
+
+    async def end_orphan(self, workflow_id: str, within: float = 60.0) -> ResultMessage | None:
+        """End a run no worker serves (``lattice interrupt --force``), keeping its completed
+        turns: serve its queues here with no agent (workflow code only: an activity fails
+        ``AgentNotRegistered``, so an in-flight tool becomes an error result) and interrupt it.
+        None when it did not end within ``within`` seconds: it is then terminated."""
+        return await end_orphan(self.client, workflow_id, self.outcome(workflow_id), within)
 
     async def _output(self, workflow_id: str) -> AgentRunOutput | None:
         try:

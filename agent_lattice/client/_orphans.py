@@ -1,0 +1,324 @@
+"""Runs no process serves any more (orphans): finding them, and serving their queues again.
+
+Inline agents (and ``lattice run`` without a worker) run on a task queue private to their
+process: ``<agent queue>@<host>-<pid>-<tag>`` (``Runtime.task_queue_for``). When that process
+dies, its runs stay RUNNING with nobody polling their queue. A later process adopts such a run
+by polling exactly that queue (and its delegation targets' queues with the same tag).
+
+Liveness rule (``queue_served``): a run is served when a live worker polls its task queue for
+workflow tasks. Temporal lists a poller for minutes after it stopped, so a poller counts as
+live when (a) its last poll is recent: a live idle worker renews its long poll about every
+60 s (measured on the dev server: entries aged up to 58 s before renewal), hence
+``POLLER_FRESH`` = 70 s; and (b) for a worker on this host (identity ``pid@hostname``, the SDK
+default), its process exists. So on the same host a dead process's runs are orphans at once;
+a worker on another host is judged dead 70 s after its last poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from .._errors import ConcurrentQueryError
+from ..worker._plugin import LatticePlugin
+from ..worker._registry import AgentRegistry
+from ..workflows._types import AgentRunInput
+from ._server import pid_alive
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+__all__ = [
+    "POLLER_FRESH",
+    "RunState",
+    "adoptable",
+    "end_orphan",
+    "next_before_close",
+    "orphan_hint",
+    "owner_of",
+    "queue_served",
+    "run_closed",
+    "run_queues",
+    "run_state",
+    "serving",
+    "team_may_start",
+    "until_served",
+]
+
+T = TypeVar("T")
+
+# after its run closed, how long a stream reader waits for the stream's last items
+CLOSED_GRACE_S = 2.0
+
+POLLER_FRESH = timedelta(seconds=70)
+# A private queue's process is short-lived: when it dies, the workflow task waiting on its
+# sticky queue moves to the normal queue (where an adopter polls) after this long.
+PRIVATE_STICKY_TIMEOUT = timedelta(seconds=2)
+
+
+def _poller_alive(identity: str, last_access: datetime | None) -> bool:
+    """Judge a listed poller by its last poll, and one on this host by its process."""
+    if last_access is not None and datetime.now(UTC) - last_access > POLLER_FRESH:
+        return False
+    pid, _, host = identity.partition("@")
+    if pid.isdigit() and host == socket.gethostname():
+        return pid_alive(int(pid))
+    return True
+
+
+async def queue_served(client: Client, task_queue: str) -> bool:
+    """Whether a live worker polls ``task_queue`` for workflow tasks (see the module doc)."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    for poller in response.pollers:
+        seen = (
+            poller.last_access_time.ToDatetime(tzinfo=UTC)
+            if poller.HasField("last_access_time")
+            else None
+        )
+        if _poller_alive(poller.identity, seen):
+            return True
+    return False
+
+
+def owner_of(task_queue: str) -> str | None:
+    """The process tag (``host-pid-tag``) of a queue private to a process, else None."""
+    base, sep, tag = task_queue.rpartition("@")
+    return tag if sep and base and tag else None
+
+
+def _owner_text(tag: str) -> str:
+    """``process 1234 on host`` from ``host-1234-abcdef`` (the host may hold dashes)."""
+    host, _, rest = tag.rpartition("-")[0].rpartition("-")
+    return f"process {rest} on {host}" if host and rest.isdigit() else f"process {tag}"
+
+
+@dataclass
+class RunState:
+    """A run as its caller (attach, interrupt, a new session object, a worker) needs it."""
+
+    workflow_id: str
+    running: bool
+    task_queue: str
+    served: bool  # meaningful while running
+    agent_key: str
+    session_id: str
+
+    @property
+    def orphaned(self) -> bool:
+        return self.running and not self.served
+
+
+async def run_state(client: Client, workflow_id: str) -> RunState:
+    """Describe a run (raises ``RPCError`` NOT_FOUND when there is none)."""
+    handle = client.get_workflow_handle(workflow_id)
+    description = await handle.describe()
+    running = description.status == WorkflowExecutionStatus.RUNNING
+    queue = description.task_queue
+    run_input = await _input_of(client, workflow_id)
+    return RunState(
+        workflow_id=workflow_id,
+        running=running,
+        task_queue=queue,
+        served=running and await queue_served(client, queue),
+        agent_key=run_input.agent.key if run_input else "",
+        session_id=run_input.session_id if run_input else "",
+    )
+
+
+async def _input_of(client: Client, workflow_id: str) -> AgentRunInput | None:
+    """The run's input, from its first history event (None for a workflow of another kind)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    if started.workflow_type.name != "AgentWorkflow":
+        return None
+    (run_input,) = await client.data_converter.decode(started.input.payloads, [AgentRunInput])
+    return run_input
+
+
+def adoptable(state: RunState, agent: Agent | None) -> str | None:
+    """The dead process's tag when ``agent`` can adopt the session's running query (None
+    when it closed); else ``ConcurrentQueryError`` saying why and what to do instead."""
+    workflow_id, session_id = state.workflow_id, state.session_id
+    tag = owner_of(state.task_queue)
+    if not state.running:
+        return None
+    if state.served:
+        raise ConcurrentQueryError(
+            f"session {session_id!r} has a query running ({workflow_id}), served by a live "
+            f"worker; wait for it, or interrupt it with `lattice interrupt {workflow_id}`"
+        )
+    if agent is None or tag is None:
+        raise ConcurrentQueryError(
+            f"session {session_id!r} has a query running: " + orphan_hint(state)
+        )
+    if state.agent_key != agent.key:
+        raise ConcurrentQueryError(
+            f"session {session_id!r} has an orphaned query {workflow_id} of another "
+            f"definition of agent {agent.name!r} (key {state.agent_key}; this one is "
+            f"{agent.key}): only its own definition can finish it. End it, keeping its "
+            f"completed turns, with `lattice interrupt --force {workflow_id}`"
+        )
+    print(
+        f"agent-lattice: adopting {workflow_id} (its process is gone; task queue "
+        f"{state.task_queue}): serving it here until it ends",
+        file=sys.stderr,
+    )
+    return tag
+
+
+async def run_closed(client: Client, workflow_id: str) -> None:
+    """Return once the run has closed, however it ended."""
+    while True:
+        try:
+            await client.get_workflow_handle(workflow_id).result()
+            return
+        except WorkflowFailureError:
+            return
+        except RPCError:  # the server is away for now: keep watching
+            await asyncio.sleep(1.0)
+
+
+async def next_before_close(
+    items: AsyncIterator[T], closed: asyncio.Future[Any], grace: float = CLOSED_GRACE_S
+) -> T | None:
+    """The next item, or None once the stream has ended, or once the run (``closed``) has
+    ended and the stream gave nothing more within ``grace`` seconds."""
+    following = asyncio.ensure_future(anext(items))
+    await asyncio.wait({following, closed}, return_when=asyncio.FIRST_COMPLETED)
+    if not following.done():
+        await asyncio.wait({following}, timeout=grace)
+    if not following.done():
+        following.cancel()
+        with contextlib.suppress(BaseException):
+            await following
+        return None
+    try:
+        return following.result()
+    except StopAsyncIteration:
+        return None
+
+
+async def until_served(client: Client, state: RunState, every: float = 1.0) -> None:
+    """Wait until an orphaned run is adopted (a live worker polls its queue) or closed."""
+    handle = client.get_workflow_handle(state.workflow_id)
+    while not await queue_served(client, state.task_queue):
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return
+        await asyncio.sleep(every)
+
+
+def orphan_hint(state: RunState) -> str:
+    """One line: where the run was, that nobody serves it, and the ways out."""
+    tag = owner_of(state.task_queue)
+    end = f"to end it keeping its completed turns, `lattice interrupt --force {state.workflow_id}`"
+    if tag is None:  # a shared queue: any worker for the app serves it
+        return (
+            f"{state.workflow_id} waits for a worker: none serves its task queue "
+            f"{state.task_queue}. Start `lattice worker APP` for its app; {end}"
+        )
+    return (
+        f"{state.workflow_id} is orphaned: it ran in {_owner_text(tag)}, which is gone, on task "
+        f"queue {state.task_queue}, and no worker serves it now. To adopt it, run the same "
+        f"agent with session id {state.session_id!r} (create_agent(session_id=...)) or "
+        f"`lattice worker APP` for its app; {end}"
+    )
+
+
+async def run_queues(client: Client, workflow_id: str) -> list[str]:
+    """The task queues a run and its running child runs (delegation) are on."""
+    queues: list[str] = []
+    pending = [workflow_id]
+    while pending:
+        current = pending.pop()
+        handle = client.get_workflow_handle(current)
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            continue
+        if description.task_queue not in queues:
+            queues.append(description.task_queue)
+        async for event in handle.fetch_history_events():
+            if event.event_type == (EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED):
+                pending.append(
+                    event.start_child_workflow_execution_initiated_event_attributes.workflow_id
+                )
+    return queues
+
+
+async def team_may_start(client: Client, workflow_id: str) -> bool:
+    """Whether a running team workflow may be about to start ``workflow_id`` as its lead's
+    query: team ``team-<team>-<session>-<n>`` starts lead ``<lead>-<session>-<n>``."""
+    tail = "-" + "-".join(workflow_id.rsplit("-", 2)[-2:])
+    async for team in client.list_workflows(
+        "WorkflowType = 'TeamWorkflow' AND ExecutionStatus = 'Running'", limit=200
+    ):
+        if team.id.endswith(tail):
+            return True
+    return False
+
+
+async def end_orphan(
+    client: Client, workflow_id: str, outcome: Awaitable[T], within: float
+) -> T | None:
+    """Serve a run's queues with no agent and interrupt it; ``outcome`` once it ended, or
+    None after ``within`` seconds (the run is then terminated)."""
+    handle = client.get_workflow_handle(workflow_id)
+    async with serving(client, await run_queues(client, workflow_id), AgentRegistry()):
+        await handle.signal("interrupt")
+        try:
+            return await asyncio.wait_for(outcome, within)
+        except TimeoutError:
+            await handle.terminate(
+                reason=f"lattice interrupt --force: not ended within {within:g} s"
+            )
+            return None
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    client: Client, queues: Iterable[str], registry: AgentRegistry
+) -> AsyncIterator[None]:
+    """Workers on exactly ``queues`` with ``registry``'s agents while the block runs.
+
+    An empty registry serves the workflow code only: each activity then fails with
+    ``AgentNotRegistered`` (non-retryable), which is how ``lattice interrupt --force`` ends
+    a run whose definition it does not have."""
+    workers = [
+        Worker(
+            client,
+            task_queue=queue,
+            plugins=[LatticePlugin(registry)],
+            sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
+        )
+        for queue in dict.fromkeys(queues)
+    ]
+    tasks = [asyncio.create_task(worker.run()) for worker in workers]
+    try:
+        yield
+    finally:
+        for worker, task in zip(workers, tasks, strict=True):
+            if not task.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(worker.shutdown(), 10)
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

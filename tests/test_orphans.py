@@ -1,0 +1,176 @@
+"""A script killed mid-query (SIGKILL) leaves its run RUNNING on its private task queue with no
+one to serve it. A later process with the same agent and session adopts it, so does a
+`lattice worker` for the app; `lattice attach` says at once that it is orphaned; `lattice
+interrupt` says nothing would happen, and `--force` ends it keeping its completed turns."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from orphan_app import build_agent
+from test_cli import Cli
+
+from agent_lattice import ConcurrentQueryError, create_agent
+from agent_lattice.testing import RecordedRequest, Reply, assert_eventually, hang, text, tool_use
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+PROMPT = "Record A, then answer."
+
+
+@pytest.fixture
+def effects(tmp_path, monkeypatch) -> Path:
+    """Side effects of the tools, and a LATTICE_HOME (transcripts) every process shares."""
+    path = tmp_path / "effects.log"
+    path.touch()
+    monkeypatch.setenv("LATTICE_TEST_EFFECTS", str(path))
+    monkeypatch.setenv("LATTICE_HOME", str(tmp_path / "home"))
+    return path
+
+
+def model(request: RecordedRequest) -> Reply:
+    """Record A; the answer after it hangs the first time (its process is killed meanwhile)."""
+    if request.last_user_text == "next":
+        return text("hello again")
+    if not request.tool_results:
+        return tool_use("record", {"text": "A"})
+    return hang(60) if request.index == 1 else text("done")
+
+
+@pytest_asyncio.fixture
+async def orphaned(lattice_server, fake_anthropic, effects, lattice_runtime):
+    """An orphaned run: its script ran the tool, then was killed while the model answered.
+    Yields (workflow id, session id)."""
+    fake_anthropic.set_handler(model)
+    session = uuid.uuid4().hex[:12]
+    script = await asyncio.create_subprocess_exec(
+        *[sys.executable, str(HERE / "orphan_app.py"), lattice_server, fake_anthropic.base_url],
+        *[session, PROMPT],
+        env={**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{ROOT}"},
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await assert_eventually(lambda: len(fake_anthropic.requests) == 2, within=30)
+        assert effects.read_text().splitlines() == ["record:A"]
+    finally:
+        script.send_signal(signal.SIGKILL)
+        await script.wait()
+    yield f"orphan-{session}-1", session
+
+
+def cli_env(lattice_server: str, fake_anthropic, tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": lattice_server,
+        "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
+        "LATTICE_TEST_OUTPUT": str(tmp_path),
+        "COLUMNS": "200",
+    }
+
+
+async def wait_stderr(cli: Cli, needle: str, within: float) -> None:
+    await assert_eventually(lambda: needle in cli.err, within=within)
+
+
+async def test_attach_to_an_unknown_id_answers_at_once(lattice_server, fake_anthropic, tmp_path):
+    env = cli_env(lattice_server, fake_anthropic, tmp_path)
+    await asyncio.to_thread(Cli.run("--help", env=env).finish)  # the fork server is warm
+    started = time.monotonic()
+    unknown = Cli.run("attach", "nosuchid", env=env)
+    assert await asyncio.to_thread(unknown.finish, 30) == 1, unknown
+    assert time.monotonic() - started < 10  # was 60 s of silence
+    assert "no run with id 'nosuchid'" in unknown.err
+
+
+async def test_same_agent_and_session_in_a_new_process_adopts_the_orphaned_run(
+    orphaned, fake_anthropic, effects, lattice_runtime
+):
+    workflow_id, session = orphaned
+    started = time.monotonic()
+    agent = build_agent(fake_anthropic.base_url, session)
+    result = await asyncio.wait_for(agent.prompt("next"), 60)
+    took = time.monotonic() - started
+
+    assert result.subtype == "success" and result.result == "hello again", result
+    assert result.workflow_id == f"orphan-{session}-2"
+    old = await lattice_runtime.outcome(workflow_id)
+    assert old.subtype == "success" and old.result == "done"
+    assert effects.read_text().splitlines() == ["record:A"]  # the completed tool never re-ran
+    history = await agent.get_history()
+    assert [m.role for m in history] == ["user", "assistant"] * 3
+    assert history[2].content[0].content == "recorded A"
+    assert [history[3].text, history[4].text, history[5].text] == ["done", "next", "hello again"]
+    assert took < 30, took
+    print(f"adopted and answered in {took:.1f} s")
+
+
+async def test_another_definition_of_the_agent_does_not_adopt_it(orphaned, fake_anthropic):
+    workflow_id, session = orphaned
+    changed = create_agent(
+        name="orphan",
+        session_id=session,
+        base_url=fake_anthropic.base_url,
+        api_key="test",
+        model="claude-test",
+        system_prompt="A different prompt.",
+    )
+    with pytest.raises(ConcurrentQueryError, match=f"interrupt --force {workflow_id}"):
+        await changed.prompt("next")
+
+
+async def test_lattice_worker_for_the_app_adopts_the_orphaned_run(
+    orphaned, fake_anthropic, effects, lattice_runtime, lattice_server, tmp_path
+):
+    workflow_id, _ = orphaned
+    env = cli_env(lattice_server, fake_anthropic, tmp_path)
+    worker = Cli.run("worker", str(HERE / "orphan_app.py"), env=env)
+    try:
+        result = await asyncio.wait_for(lattice_runtime.outcome(workflow_id), 60)
+        assert result.subtype == "success" and result.result == "done", result
+        assert effects.read_text().splitlines() == ["record:A"]
+        await wait_stderr(worker, f"adopting orphaned run {workflow_id}", 5)
+        await wait_stderr(worker, f"adopted run {workflow_id} closed", 10)
+    finally:
+        worker.signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.finish)
+
+
+async def test_attach_says_orphaned_and_interrupt_force_ends_it_keeping_its_turns(
+    orphaned, fake_anthropic, effects, lattice_runtime, lattice_server, tmp_path
+):
+    workflow_id, session = orphaned
+    env = cli_env(lattice_server, fake_anthropic, tmp_path)
+    await asyncio.to_thread(Cli.run("--help", env=env).finish)  # the fork server is warm
+    started = time.monotonic()
+    attach = Cli.run("attach", workflow_id, env=env)
+    await wait_stderr(attach, f"{workflow_id} is orphaned", 5)
+    assert time.monotonic() - started < 5
+    assert f"lattice interrupt --force {workflow_id}" in attach.err
+    assert f"session id {session!r}" in attach.err
+
+    plain = Cli.run("interrupt", workflow_id, env=env)
+    assert await asyncio.to_thread(plain.finish) == 1, plain
+    assert "nothing happens to it until it is adopted" in plain.err
+
+    forced = Cli.run("interrupt", "--force", workflow_id, env=env)
+    assert await asyncio.to_thread(forced.finish) == 0, forced
+    assert forced.out == f"{workflow_id} ended: interrupted (completed turns kept)"
+    # it followed the run to its end (and did not wait ~30 s on the CLI that ended it)
+    assert await asyncio.to_thread(attach.finish, 5) == 0, attach
+    assert attach.stdout[-1].startswith("■ interrupted"), attach
+
+    agent = build_agent(fake_anthropic.base_url, session)
+    result = await asyncio.wait_for(agent.prompt("next"), 30)
+    assert result.result == "hello again"
+    history = await agent.get_history()
+    assert history[2].content[0].content == "recorded A"  # the completed turn is kept
+    assert history[-1].text == "hello again"
+    assert effects.read_text().splitlines() == ["record:A"]
