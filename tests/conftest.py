@@ -4,10 +4,12 @@ import asyncio
 
 import hypothesis  # noqa: F401 - imported before any thread starts (see below)
 import pytest
+import pytest_asyncio
 from pydantic import BaseModel
 
 from agent_lattice import ResultMessage, ToolResult, create_bare_agent, tool
-from agent_lattice.testing import FakeAnthropicServer
+from agent_lattice.client import Runtime
+from agent_lattice.testing import FAST_SETTINGS, FakeAnthropicServer
 
 pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
 
@@ -30,6 +32,15 @@ def make_calculator(calls: list[str] | None = None, **options: object):
         return ToolResult(content=str(int(left) + int(right)))
 
     return tool("calculator", "Add two integers written as 'a+b'", Expr, calculator, **options)
+
+
+@pytest_asyncio.fixture
+async def remote_runtime(lattice_server, task_queue_prefix):
+    """A runtime with no workers of its own: queries run on worker processes the test
+    starts (and kills)."""
+    runtime = await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=False)
+    yield runtime
+    await runtime.close()
 
 
 @pytest.fixture

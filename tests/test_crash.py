@@ -11,12 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from agent_lattice import DEFAULT_COMPACTION_PROMPT, ResultMessage, StreamEventMessage
-from agent_lattice.client import Runtime
 from agent_lattice.testing import (
-    FAST_SETTINGS,
     RecordedRequest,
     Reply,
     assert_eventually,
@@ -32,13 +29,6 @@ from conftest import keep_history
 from crash_app import build_agent, build_compacting_agent, build_supervisor, build_team
 
 HERE = Path(__file__).parent
-
-
-@pytest_asyncio.fixture
-async def remote_runtime(lattice_server, task_queue_prefix):
-    runtime = await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=False)
-    yield runtime
-    await runtime.close()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 from history_app import PROMPT, build
 from test_compaction import handler as compacting_handler
 
@@ -32,9 +31,7 @@ from agent_lattice import (
     define_history_store,
     tool,
 )
-from agent_lattice.client import Runtime
 from agent_lattice.testing import (
-    FAST_SETTINGS,
     RecordedRequest,
     Reply,
     Script,
@@ -271,24 +268,30 @@ async def test_a_turn_the_run_drops_leaves_the_store_too(make_agent, fake_anthro
     assert await store.load() == await agent.get_history()
 
 
-async def test_a_compacted_query_ends_with_the_store_replaced_once(
-    make_agent, fake_anthropic, tmp_path
-):
-    path = tmp_path / "compacted.jsonl"
-    store = create_jsonl_history_store(path=path)
+def compacting(make_agent, fake_anthropic, **options):
+    """An agent whose first query compacts between its tool call and its answer
+    (``4, as computed.``); the model answers ``Still 4.`` afterwards."""
     fake_anthropic.set_handler(
         compacting_handler(
             tool_use(
                 "calculator", {"expr": "2+2"}, usage={"input_tokens": 500, "output_tokens": 5}
             ),
             text("4, as computed.", usage={"input_tokens": 20, "output_tokens": 4}),
+            text("Still 4."),
         )
     )
-    agent = make_agent(
+    return make_agent(
         tools=[make_calculator()],
         auto_compact={"threshold_tokens": 100, "keep_recent_messages": 2},
-        history_store=store,
+        **options,
     )
+
+
+async def test_a_compacted_query_ends_with_the_store_replaced_once(
+    make_agent, fake_anthropic, tmp_path
+):
+    store = create_jsonl_history_store(path=tmp_path / "compacted.jsonl")
+    agent = compacting(make_agent, fake_anthropic, history_store=store)
     result = await agent.prompt("What is 2+2?")
     assert result.result == "4, as computed."
     history = await agent.get_history()
@@ -324,21 +327,7 @@ async def test_a_store_cut_inside_a_compacted_query_takes_temporal_s_conversatio
     and ending with a tool call: the next Agent over the session replaces it with what
     Temporal kept (before: the store's cut conversation, a tool_use without its result)."""
     session = f"s{uuid.uuid4().hex[:10]}"
-    fake_anthropic.set_handler(
-        compacting_handler(
-            tool_use(
-                "calculator", {"expr": "2+2"}, usage={"input_tokens": 500, "output_tokens": 5}
-            ),
-            text("4, as computed.", usage={"input_tokens": 20, "output_tokens": 4}),
-            text("Still 4."),
-        )
-    )
-    options = {
-        "tools": [make_calculator()],
-        "auto_compact": {"threshold_tokens": 100, "keep_recent_messages": 2},
-        "session_id": session,
-    }
-    ran = make_agent(**options)
+    ran = compacting(make_agent, fake_anthropic, session_id=session)
     await ran.prompt("What is 2+2?")
     # what the dead process's store held: the prompt and the tool call, as they landed
     path = tmp_path / "cut.jsonl"
@@ -347,7 +336,11 @@ async def test_a_store_cut_inside_a_compacted_query_takes_temporal_s_conversatio
     await create_jsonl_history_store(path=path).replace(
         [ModelMessage(role="user", content="What is 2+2?"), tool_call]
     )
-    later = make_agent(**options, history_store=create_jsonl_history_store(path=path))
+    later = make_agent(
+        session_id=session,
+        tools=[make_calculator()],
+        history_store=create_jsonl_history_store(path=path),
+    )
     result = await later.prompt("And now?")
 
     assert result.result == "Still 4."
@@ -357,13 +350,6 @@ async def test_a_store_cut_inside_a_compacted_query_takes_temporal_s_conversatio
 
 
 # -- crashes ---------------------------------------------------------------------------------
-
-
-@pytest_asyncio.fixture
-async def remote_runtime(lattice_server, task_queue_prefix):
-    runtime = await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=False)
-    yield runtime
-    await runtime.close()
 
 
 @pytest.fixture
@@ -467,6 +453,39 @@ async def test_a_retried_model_request_is_stored_once(
     assert stored == await agent.get_history()
 
 
+async def killed_after_a_tool_result(client: subprocess.Popen[bytes], path: Path):
+    """SIGKILL ``client`` once its store at ``path`` holds a tool result; the store, which
+    already holds every message that landed before the death."""
+    try:
+        await assert_eventually(
+            lambda: path.exists() and path.read_text().count("\n") >= 3, within=30
+        )
+        client.send_signal(signal.SIGKILL)
+        client.wait(10)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    store = create_jsonl_history_store(path=path)
+    assert shape(await store.load()) == ["user:text", "assistant:tool_use", "user:tool_result"]
+    return store
+
+
+async def caught_up(result, session: str, store, later) -> None:
+    """The later Agent's query ran on the whole conversation, and its store holds it once:
+    the dead client's run's last message was appended when the Agent loaded the store."""
+    assert result.result == "No." and result.workflow_id == f"keeper-{session}-2"
+    stored = await store.load()
+    assert shape(stored) == [
+        "user:text",
+        "assistant:tool_use",
+        "user:tool_result",
+        "assistant:text",  # the dead client's run's last message
+        "user:text",
+        "assistant:text",
+    ]
+    assert stored == await later.get_history()
+
+
 async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up(
     remote_runtime, fake_anthropic, workers, app_env, tmp_path, lattice_server
 ):
@@ -484,36 +503,17 @@ async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up
     await workers()
     path = tmp_path / "client.jsonl"
     session = f"s{uuid.uuid4().hex[:10]}"
-    client = spawn(HERE / "history_app.py", lattice_server, session, path, env=app_env)
     try:
-        store = create_jsonl_history_store(path=path)
-        await assert_eventually(
-            lambda: path.exists() and path.read_text().count("\n") >= 3, within=30
+        store = await killed_after_a_tool_result(
+            spawn(HERE / "history_app.py", lattice_server, session, path, env=app_env), path
         )
-        client.send_signal(signal.SIGKILL)  # after the first tool result landed
-        client.wait(10)
     finally:
         answer.set()
-        if client.poll() is None:
-            client.kill()
-
-    # the file already held every message that landed before the death
-    assert shape(await store.load()) == ["user:text", "assistant:tool_use", "user:tool_result"]
 
     # the worker finished the run; a later process over the same session and store continues
     await remote_runtime.client.get_workflow_handle(f"keeper-{session}-1").result()
     later = build(session_id=session, history_store=create_jsonl_history_store(path=path))
     result = await later.prompt("Anything else?", runtime=remote_runtime)
 
-    assert result.result == "No." and result.workflow_id == f"keeper-{session}-2"
-    stored = await store.load()
-    assert shape(stored) == [
-        "user:text",
-        "assistant:tool_use",
-        "user:tool_result",
-        "assistant:text",  # the dead client's last message, appended on catch-up
-        "user:text",
-        "assistant:text",
-    ]
-    assert stored == await later.get_history()
+    await caught_up(result, session, store, later)
     assert len(fake_anthropic.requests[-1].messages) == 5
