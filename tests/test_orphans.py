@@ -6,20 +6,30 @@ interrupt` says nothing would happen, and `--force` ends it keeping its complete
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from orphan_app import build_agent
+from orphan_app import build_agent, build_boss
 from test_cli import Cli
 
 from agent_lattice import ConcurrentQueryError, create_agent
-from agent_lattice.testing import RecordedRequest, Reply, assert_eventually, hang, text, tool_use
+from agent_lattice.testing import (
+    Handler,
+    RecordedRequest,
+    Reply,
+    assert_eventually,
+    hang,
+    text,
+    tool_use,
+)
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -45,25 +55,38 @@ def model(request: RecordedRequest) -> Reply:
     return hang(60) if request.index == 1 else text("done")
 
 
+@pytest.fixture
+def make_orphan(lattice_server, fake_anthropic, effects, lattice_runtime):
+    """Run a query of orphan_app's agent (``boss``: its delegating agent) in a script and
+    SIGKILL the script once ``ready()``; returns (workflow id, session id)."""
+
+    async def orphan(
+        handler: Handler, ready: Callable[[], bool], kind: str = "agent"
+    ) -> tuple[str, str]:
+        fake_anthropic.set_handler(handler)
+        session = uuid.uuid4().hex[:12]
+        script = await asyncio.create_subprocess_exec(
+            *[sys.executable, str(HERE / "orphan_app.py"), lattice_server],
+            *[fake_anthropic.base_url, session, PROMPT, kind],
+            env={**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{ROOT}"},
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            await assert_eventually(ready, within=30)
+        finally:
+            script.send_signal(signal.SIGKILL)
+            await script.wait()
+        return f"{'orphanboss' if kind == 'boss' else 'orphan'}-{session}-1", session
+
+    return orphan
+
+
 @pytest_asyncio.fixture
-async def orphaned(lattice_server, fake_anthropic, effects, lattice_runtime):
-    """An orphaned run: its script ran the tool, then was killed while the model answered.
-    Yields (workflow id, session id)."""
-    fake_anthropic.set_handler(model)
-    session = uuid.uuid4().hex[:12]
-    script = await asyncio.create_subprocess_exec(
-        *[sys.executable, str(HERE / "orphan_app.py"), lattice_server, fake_anthropic.base_url],
-        *[session, PROMPT],
-        env={**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{ROOT}"},
-        stdout=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        await assert_eventually(lambda: len(fake_anthropic.requests) == 2, within=30)
-        assert effects.read_text().splitlines() == ["record:A"]
-    finally:
-        script.send_signal(signal.SIGKILL)
-        await script.wait()
-    yield f"orphan-{session}-1", session
+async def orphaned(make_orphan, fake_anthropic, effects):
+    """An orphaned run: its script ran the tool, then was killed while the model answered."""
+    orphan = await make_orphan(model, lambda: len(fake_anthropic.requests) == 2)
+    assert effects.read_text().splitlines() == ["record:A"]
+    return orphan
 
 
 def cli_env(lattice_server: str, fake_anthropic, tmp_path: Path) -> dict[str, str]:
@@ -110,6 +133,37 @@ async def test_same_agent_and_session_in_a_new_process_adopts_the_orphaned_run(
     assert [history[3].text, history[4].text, history[5].text] == ["done", "next", "hello again"]
     assert took < 30, took
     print(f"adopted and answered in {took:.1f} s")
+
+
+async def test_adopting_a_run_serves_its_delegated_child_too(
+    make_orphan, fake_anthropic, effects, lattice_runtime
+):
+    def model(request: RecordedRequest) -> Reply:
+        done = [r["content"] for r in request.tool_results]
+        if "You are orphanboss." in (request.system or ""):
+            if request.last_user_text == "next":
+                return text("hello again")
+            return tool_use("delegate", {"task": "record A then B"}) if not done else text("ok")
+        if not done:
+            return tool_use("record", {"text": "A"})
+        return tool_use("block", {"text": "B"}) if done == ["recorded A"] else text("A and B")
+
+    def child_tool_runs() -> bool:  # the script is killed while the child's 2nd tool runs
+        return "block-start:B" in effects.read_text()
+
+    workflow_id, session = await make_orphan(model, child_tool_runs, kind="boss")
+    boss = build_boss(fake_anthropic.base_url, session)
+    result = await asyncio.wait_for(boss.prompt("next"), 60)
+
+    assert result.result == "hello again", result
+    old = await lattice_runtime.outcome(workflow_id)
+    assert old.subtype == "success" and old.result == "ok", old
+    child = [m for m in await boss.get_history() if m.role == "user"][1].content[0]
+    assert "A and B" in json.dumps(child.content)  # the child's answer reached its parent
+    lines = effects.read_text().splitlines()
+    assert lines[:2] == ["record:A", "block-start:B"]  # the child's completed tool: once
+    # the call cut by the kill ran once more (an idempotent tool) or became an error result
+    assert lines[2:] in ([], ["block-start:B", "block-done:B"]), lines
 
 
 async def test_another_definition_of_the_agent_does_not_adopt_it(orphaned, fake_anthropic):
