@@ -74,7 +74,10 @@ def read_command(
     """Read ``command`` as ``bash -c`` would run it in ``base`` with ``env``."""
     reader = _Reader(os.fspath(base))
     state = _State({""}, {k: {v} for k, v in env.items()})
-    reader.script(command, state, depth=0)
+    try:
+        reader.script(command, state, depth=0)
+    except RecursionError:  # thousands of chained commands: Python's stack, not bash's
+        reader.unsure("it chains too many commands to follow")
     return reader.reading
 
 
@@ -209,7 +212,10 @@ class _Reader:
             found = self.word(value, state, depth, split=False)
             values = set(found) if found is not None else {None}
         # union, never replace: the assignment may sit in a branch that does not run
-        state.variables.setdefault(key, set()).update(values)
+        known = state.variables.setdefault(key, set())
+        known.update(values)
+        if len(known) > _MAX_ALTERNATIVES:
+            state.variables[key] = {None}
 
     def redirects(self, nodes: list[Node], state: _State, depth: int) -> None:
         for node in nodes:
@@ -471,13 +477,21 @@ def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool =
     if push:
         state.stack.append(set(state.cwds))
     state.oldpwd = set(state.cwds)
-    state.cwds |= new  # a cd may fail and leave the shell where it was
+    _widen(state, new)  # a cd may fail and leave the shell where it was
+
+
+def _widen(state: _State, cwds: set[str | None]) -> None:
+    """Add directories the shell may be in; past a bound, say "not known" instead (each
+    relative cd doubles the set, and dozens of them would take forever to enumerate)."""
+    state.cwds |= cwds
+    if len(state.cwds) > _MAX_ALTERNATIVES:
+        state.cwds = {None}
 
 
 def _pushd(reader: _Reader, args: Words, state: _State, depth: int) -> None:
     if not args:  # swap the top two
         if state.stack:
-            state.cwds |= state.stack[-1]
+            _widen(state, state.stack[-1])
         return
     if any(a is None or (a[:1] in "+-" and a[1:].isdigit()) for a in args):
         state.cwds.add(None)
@@ -489,7 +503,7 @@ def _popd(reader: _Reader, args: Words, state: _State, depth: int) -> None:
     if args:
         state.cwds.add(None)
     elif state.stack:
-        state.cwds |= state.stack.pop()
+        _widen(state, state.stack.pop())
 
 
 def _eval(reader: _Reader, args: Words, state: _State, depth: int) -> None:

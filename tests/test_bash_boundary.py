@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice._bash import read_command
 from agent_lattice._sandbox import _warn_once, sandbox_problem
 
 NO_SANDBOX = sandbox_problem()
@@ -168,30 +169,58 @@ async def test_the_kernel_stops_what_the_parser_cannot_see(tmp_path, monkeypatch
     assert ps.stdout == ""  # killing the sandbox killed all it started
 
 
+@pytest.mark.parametrize(
+    ("bwrap", "reason"),
+    [
+        (None, "bubblewrap is not installed"),
+        # present but unusable (no user namespaces, say): probed once, not on every command
+        (
+            "echo probed >> {log}; echo 'bwrap: No permissions to create new namespace' >&2; "
+            "exit 1",
+            "bwrap is installed but cannot create a sandbox here (bwrap: No permissions",
+        ),
+    ],
+)
 async def test_without_a_sandbox_auto_warns_once_and_required_refuses(
-    tmp_path, monkeypatch, caplog
+    tmp_path, monkeypatch, caplog, bwrap, reason
 ):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no bwrap on PATH
+    bin_dir, log = tmp_path / "bin", tmp_path / "probes.log"
+    bin_dir.mkdir()
+    bash_path = shutil.which("bash", path=os.defpath)
+    assert bash_path is not None
+    (bin_dir / "bash").symlink_to(bash_path)
+    if bwrap is not None:
+        (bin_dir / "bwrap").write_text(f"#!{bash_path}\n{bwrap.format(log=log)}\n")
+        (bin_dir / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
     sandbox_problem.cache_clear()
     _warn_once.cache_clear()
     try:
-        bash_path = shutil.which("bash", path=os.defpath)
-        assert bash_path is not None
-        (tmp_path / "empty").mkdir()
-        (tmp_path / "empty" / "bash").symlink_to(bash_path)
         ctx = ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
         auto = create_agent_workspace_tools(tmp_path / "a")[-1]
         with caplog.at_level(logging.WARNING, logger="agent_lattice.workspace"):
             for _ in range(3):
                 assert not (await auto.invoke({"command": "echo ok"}, ctx)).is_error
+            escape = await auto.invoke({"command": "cd .. && touch x"}, ctx)
+        assert json.loads(escape.content)["error"] == "permission_denied"  # the parser holds
         warned = [
             r.getMessage() for r in caplog.records if "without an OS sandbox" in r.getMessage()
         ]
-        assert len(warned) == 1 and "bubblewrap is not installed" in warned[0]
+        assert len(warned) == 1 and reason in warned[0]
         required = create_agent_workspace_tools(tmp_path / "r", sandbox="required")[-1]
         refused = await required.invoke({"command": "touch x"}, ctx)
         assert refused.is_error and 'sandbox="required"' in refused.content
-        assert "bubblewrap is not installed" in refused.content
-        assert not (tmp_path / "r" / "x").exists()
+        assert reason in refused.content
+        assert not (tmp_path / "r" / "x").exists() and not (tmp_path / "x").exists()
+        if bwrap is not None:
+            assert log.read_text().count("probed") == 1
     finally:
         sandbox_problem.cache_clear()
+
+
+def test_the_parser_gives_up_safely_on_huge_commands():
+    chain = " && ".join(f"echo {i} > f{i}" for i in range(3000))
+    assert "it chains too many commands to follow" in read_command(chain, env={}).unsure
+    cds = "\n".join(f"cd d{i} && echo x > f{i}" for i in range(200))  # 2**200 directories
+    reading = read_command(cds, env={})
+    assert any("directory not known" in r for r in reading.unsure)
