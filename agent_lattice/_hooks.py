@@ -7,13 +7,13 @@ query: ``query()`` and ``prompt()`` raise :class:`~agent_lattice.HookError`.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._errors import OptionError
 from ._messages import ModelMessage, ToolResultBlock
+from ._tools import run_off_loop
 
 __all__ = [
     "AgentHooks",
@@ -108,8 +108,8 @@ class AgentHooks:
 
 
 async def _call(fn: Callable[[Any], Any], ctx: Any) -> Any:
-    out = fn(ctx)
-    return await out if inspect.isawaitable(out) else out
+    # a sync hook runs in a thread: one that blocks must not stall the worker's heartbeats
+    return await run_off_loop(fn, ctx, executor=None)
 
 
 def create_composite_agent_hooks(hooks: Sequence[Any | None]) -> AgentHooks:

@@ -44,6 +44,32 @@ async def test_a_blocking_sync_tool_runs_once_and_the_query_ends(
     assert answer["content"] == "done slowly" and not answer.get("is_error")
 
 
+async def test_a_blocking_sync_hook_and_permission_callback_do_not_cut_the_call_off(
+    make_agent, fake_anthropic, short_heartbeats
+):
+    calls: list[str] = []
+
+    def allow_slowly(request) -> dict[str, str]:
+        time.sleep(3)  # a human deciding
+        return {"behavior": "allow"}
+
+    def reword_slowly(ctx):
+        time.sleep(3)
+        return {"content": f"checked: {ctx.result.content}"}
+
+    fake_anthropic.set_handler(Script(tool_use("calc", {"expr": "x"}), text("ok")))
+    agent = make_agent(
+        tools=[tool("calc", "Calc", Expr, lambda i: calls.append(i.expr) or "42")],
+        permission=allow_slowly,
+        hooks={"on_tool_result": reword_slowly},
+    )
+    result = await asyncio.wait_for(agent.prompt("Go."), 30)
+
+    assert result.subtype == "success" and calls == ["x"]
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["content"] == "checked: 42" and not answer.get("is_error")
+
+
 async def test_while_a_sync_tool_blocks_other_queries_and_interrupts_get_through(
     make_agent, fake_anthropic, short_heartbeats
 ):
