@@ -20,6 +20,7 @@ from ._errors import (
     MaxTurnsError,
     MissingOutputError,
     OptionError,
+    ServerUnreachableError,
     TimeoutError,
     TracerError,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "ResultMessage",
     "Runtime",
     "SDKMessage",
+    "ServerUnreachableError",
     "Skill",
     "StreamEventMessage",
     "SystemMessage",

@@ -6,6 +6,8 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── OptionError            a developer mistake found at assembly time (unknown option, bad value)
     ├── ConcurrentQueryError   a second query() on an Agent that is still running one
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
+    │   └── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
+    │                               than the reconnect limit
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
     ├── TracerError            a tracer bound with fail_on_error raised: likewise
     ├── ProviderError          a model client's classified failure (retryable or not), in workers
@@ -35,6 +37,7 @@ __all__ = [
     "MaxTurnsError",
     "MissingOutputError",
     "OptionError",
+    "ServerUnreachableError",
     "TimeoutError",
     "TracerError",
 ]
@@ -54,6 +57,12 @@ class ConcurrentQueryError(LatticeError):
 
 class ConfigurationError(LatticeError):
     """The runtime could not be configured (Temporal unreachable, binary missing, ...)."""
+
+
+class ServerUnreachableError(ConfigurationError):
+    """The Temporal server could not be reached, or was lost and did not come back, within
+    the reconnect limit (``LATTICE_RECONNECT_S``, ``Runtime.connect(reconnect_s=)``); the
+    message names the server. ``lattice`` commands exit with code 3 on it."""
 
 
 class HookError(LatticeError):

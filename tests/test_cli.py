@@ -17,6 +17,7 @@ import multiprocessing.forkserver
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -547,3 +548,29 @@ def test_run_a_team_from_the_shell(
     assert "Boss: the helper reported" in out
     (last,) = [r for r in fake_anthropic.requests if len(r.messages) == 3]
     assert "12 chairs" in last.messages[-1]["content"][-1]["text"]  # the report reached the lead
+
+
+# ---------------------------------------------------------------------------- exit codes
+
+
+def test_an_unreachable_server_is_exit_code_3_and_one_line_naming_it(
+    env: dict[str, str], procs: list[Cli]
+) -> None:
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        env = {**env, "TEMPORAL_ADDRESS": address, "LATTICE_RECONNECT_S": "2"}
+        procs.append(run := Cli.run("run", TARGET, "What is 2+2?", env=env))
+        procs.append(runs := Cli.run("runs", env=env))
+        for command in (run, runs):
+            assert command.finish() == 3, command  # neither a usage error (2) nor a result (1)
+            assert command.stdout == []
+            retrying, error = command.stderr
+            assert retrying == (
+                f"agent-lattice: Temporal server at {address} unreachable, retrying… "
+                "(for up to 2 s, LATTICE_RECONNECT_S)"
+            )
+            assert error.startswith(
+                f"error: could not reach the Temporal server at {address} within 2 s "
+                "(LATTICE_RECONNECT_S)"
+            ), command

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_lattice import ConfigurationError
+from agent_lattice import ConfigurationError, ServerUnreachableError
 from agent_lattice.client import DevServer, Runtime, temporal_binary
 from agent_lattice.testing import FakeAnthropicServer, Script, text
 
@@ -43,8 +43,14 @@ async def test_embedded_server_is_started_once_then_reused(
     assert DevServer.running(tmp_path) is None
 
 
-async def test_unreachable_server_is_a_configuration_error():
+async def test_unreachable_server_is_retried_for_the_reconnect_limit(capfd, monkeypatch):
     with pytest.raises(
-        ConfigurationError, match=r"could not connect to Temporal at 127\.0\.0\.1:1"
+        ServerUnreachableError,
+        match=r"could not reach the Temporal server at 127\.0\.0\.1:1 within 1 s",
     ):
+        await Runtime.connect("127.0.0.1:1", reconnect_s=1)
+    assert issubclass(ServerUnreachableError, ConfigurationError)
+    assert "127.0.0.1:1 unreachable, retrying…" in capfd.readouterr().err
+    monkeypatch.setenv("LATTICE_RECONNECT_S", "soon")
+    with pytest.raises(ConfigurationError, match="LATTICE_RECONNECT_S='soon' is not a number"):
         await Runtime.connect("127.0.0.1:1")

@@ -2,8 +2,12 @@
 
 Every command connects like :meth:`Runtime.connect`: ``TEMPORAL_ADDRESS`` (with
 ``TEMPORAL_NAMESPACE`` and ``TEMPORAL_API_KEY``) names a server; without it the embedded dev
-server under ``LATTICE_HOME`` is started or reused. Errors are printed as one red line on
-stderr (exit code 2); set ``LATTICE_DEBUG=1`` to see the traceback instead.
+server under ``LATTICE_HOME`` is started or reused; an unreachable server is retried for
+``LATTICE_RECONNECT_S`` (600 s by default) while stderr says so. Errors are printed as one
+red line on stderr, with exit code 1 (the command failed: a query's error result, a run not
+found, ...), 2 (usage: bad arguments, an APP, AGENT or TEAM that cannot be loaded) or 3 (the
+Temporal server could not be reached, or was lost); set ``LATTICE_DEBUG=1`` to see the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._agent import Agent
-from .._errors import LatticeError
+from .._errors import LatticeError, ServerUnreachableError
 from .._messages import (
     AgentMessageEvent,
     AssistantMessage,
@@ -48,6 +52,7 @@ from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
 from ._orphans import orphan_hint, run_state, team_may_start, until_served
 from ._orphans import queue_served as has_live_worker
+from ._reconnect import ServerWatch, unreachable
 from ._runtime import Runtime
 from ._server import DevServer, lattice_home
 
@@ -56,7 +61,6 @@ __all__ = ["Renderer", "app", "main"]
 # Without a message after this long, a run that relies on an external worker says so.
 WORKER_HINT_AFTER_S = 5.0
 TOOL_RESULT_CHARS = 200
-DEFAULT_PORT = 7233  # the embedded server's gRPC port unless busy (DevServer's default)
 
 stdout = Console(soft_wrap=True, emoji=False, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
@@ -241,6 +245,8 @@ def _fail(message: str) -> None:
 
 
 def _describe_error(err: BaseException) -> str:
+    if unreachable(err):
+        return f"the Temporal server at {_server_address()} is unreachable: {err}"
     if isinstance(err, RPCError):
         if err.status == RPCStatusCode.NOT_FOUND:
             return f"not found: {err.message}"
@@ -253,9 +259,21 @@ def _describe_error(err: BaseException) -> str:
     return text
 
 
+def _server_address() -> str:
+    """The server a command connects to: ``TEMPORAL_ADDRESS``, else the embedded one."""
+    recorded = DevServer.recorded(lattice_home())
+    return os.environ.get("TEMPORAL_ADDRESS") or (recorded.address if recorded else "?")
+
+
+# Exit codes: a query's error result and other failures, usage errors (typer's own and an
+# APP, AGENT or TEAM that cannot be loaded), a server that cannot be reached or was lost.
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_SERVER = 1, 2, 3
+
+
 @contextlib.contextmanager
-def _errors_as_exit() -> Iterator[None]:
-    """Map errors to one red line on stderr (exit 2) and Ctrl-C to exit code 130."""
+def _errors_as_exit(code: int = EXIT_USAGE) -> Iterator[None]:
+    """Map errors to one red line on stderr and exit ``code`` (EXIT_NO_SERVER for a server
+    that cannot be reached), Ctrl-C to exit code 130."""
     try:
         yield
     except typer.Exit:
@@ -266,12 +284,14 @@ def _errors_as_exit() -> Iterator[None]:
         if os.environ.get("LATTICE_DEBUG"):
             raise
         _fail(_describe_error(err))
-        raise typer.Exit(2) from None
+        lost = isinstance(err, ServerUnreachableError) or unreachable(err)
+        raise typer.Exit(EXIT_NO_SERVER if lost else code) from None
 
 
 def _execute(main: Callable[[], Coroutine[Any, Any, int]]) -> None:
-    """Run a command's coroutine with ``asyncio.run``; its return value is the exit code."""
-    with _errors_as_exit():
+    """Run a command's coroutine with ``asyncio.run``; its return value is the exit code.
+    Its errors are failures of the command, not usage errors."""
+    with _errors_as_exit(EXIT_FAILED):
         _configure_logging()
         code = asyncio.run(main())
     raise typer.Exit(code)
@@ -328,8 +348,10 @@ async def _serve_agents(
     agents: dict[str, Agent],
     shutdown_s: float,
     tool_threads: int = DEFAULT_TOOL_THREADS,
+    watch: ServerWatch | None = None,
 ) -> int:
-    """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down."""
+    """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down;
+    or until ``watch`` has seen the server unreachable for its reconnect limit (exit 3)."""
     workers = create_workers(
         client,
         agents.values(),
@@ -361,12 +383,14 @@ async def _serve_agents(
     with _on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
         tasks = [asyncio.create_task(w.run()) for w in workers]
         waiter = asyncio.create_task(stop.wait())
+        # Temporal retries the polls of a server that went away forever: give up on the limit
+        lost = asyncio.create_task((watch.lost if watch else asyncio.Event()).wait())
         # runs of these agents whose inline process died are served here too
         adopter = asyncio.create_task(
             adopt_orphans(client, agents.values(), lambda said: stderr.print(Text(said, "yellow")))
         )
         stdout.print("ready · Ctrl-C to stop", style="green")
-        await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([*tasks, waiter, lost], return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
             stderr.print(Text("shutting down workers…", style="dim"))
         adopter.cancel()
@@ -375,7 +399,10 @@ async def _serve_agents(
         pending = [w.shutdown() for w, t in zip(workers, tasks, strict=True) if not t.done()]
         await asyncio.gather(*pending, return_exceptions=True)
         waiter.cancel()
+        lost.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
+    if watch is not None and watch.lost.is_set():
+        raise watch.error()
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
@@ -399,8 +426,8 @@ def dev(
     port: Annotated[
         int | None,
         typer.Option(
-            help="gRPC port when the server is started: default 7233 (UI on port + 1000), "
-            "0 for any free port.",
+            help="gRPC port when the server is started: default the one it had (a server "
+            "that died comes back there), else 7233 (UI on port + 1000); 0 for any free port.",
             show_default=False,
         ),
     ] = None,
@@ -408,7 +435,8 @@ def dev(
     ui_port: Annotated[
         int | None,
         typer.Option(
-            help="UI port when the server is started (default: gRPC port + 1000).",
+            help="UI port when the server is started (default: the one it had, else gRPC "
+            "port + 1000).",
             show_default=False,
         ),
     ] = None,
@@ -440,9 +468,6 @@ async def _dev(
         DevServer.ensure, home, port=port, ui_port=ui_port, ui=ui
     )
     _print_server(server, "started" if started else "reused")
-    wanted = DEFAULT_PORT if port is None else port
-    if started and wanted and server.port != wanted:
-        stderr.print(Text(f"port {wanted} was busy; the server listens on {server.port}", "yellow"))
     if not started and port and server.port != port:
         stderr.print(Text(f"--port ignored: the running server listens on {server.port}", "dim"))
     if os.environ.get("TEMPORAL_ADDRESS") and agents:
@@ -450,8 +475,9 @@ async def _dev(
     if agents is None:
         return 0
     runtime = await Runtime.connect(server.address, inline_workers=False, quiet=True)
+    runtime.watch.home = home  # the server is ours: started again if it dies
     try:
-        return await _serve_agents(runtime.client, agents, shutdown_s)
+        return await _serve_agents(runtime.client, agents, shutdown_s, watch=runtime.watch)
     finally:
         await runtime.close()
 
@@ -489,7 +515,9 @@ def worker(
 async def _worker(agents: dict[str, Agent], shutdown_s: float, tool_threads: int) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
-        return await _serve_agents(runtime.client, agents, shutdown_s, tool_threads)
+        return await _serve_agents(
+            runtime.client, agents, shutdown_s, tool_threads, watch=runtime.watch
+        )
     finally:
         await runtime.close()
 
@@ -521,8 +549,9 @@ def run(
 ) -> None:
     """Run one query and watch it: streamed text, tool calls, tool results, the result.
 
-    Exit code 0 on success, 1 when the result is an error, 130 after Ctrl-C (which
-    interrupts the query; a second Ctrl-C leaves without waiting).
+    Exit code 0 on success, 1 when the result is an error, 3 when the Temporal server
+    cannot be reached or was lost (retried for LATTICE_RECONNECT_S, 600 s by default),
+    130 after Ctrl-C (which interrupts the query; a second Ctrl-C leaves without waiting).
     """
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -591,7 +620,9 @@ async def _run_query(
             await _aclose(messages)
     if interrupted:
         return 128 + interrupted[0]
-    return 1 if result is None or result.is_error else 0
+    if result is None:  # never silent: say why there is no result
+        _fail(f"the messages of {agent.name}'s run ended without its result")
+    return EXIT_FAILED if result is None or result.is_error else 0
 
 
 async def _worker_hint(task_queue: str) -> None:
@@ -736,9 +767,11 @@ def team_send(
     subject: Annotated[str | None, typer.Option(help="A subject line.")] = None,
 ) -> None:
     """Put a message in a member's mailbox."""
+    with _errors_as_exit():
+        team = _resolve_team(target)
 
     async def main() -> int:
-        sent = await _resolve_team(target).send(to, body, from_=sender, subject=subject)
+        sent = await team.send(to, body, from_=sender, subject=subject)
         stdout.print(f"sent {sent.id} to {sent.to_mailbox}")
         return 0
 
@@ -752,9 +785,10 @@ def team_drain(
     max_messages: Annotated[int, typer.Option(help="Messages to process at most.")] = 20,
 ) -> None:
     """Let each member work on the pending messages of its own mailbox (never re-routes)."""
+    with _errors_as_exit():
+        team = _resolve_team(target)
 
     async def main() -> int:
-        team = _resolve_team(target)
         result = await team.drain(max_rounds=max_rounds, max_messages=max_messages)
         failed = {m.id for m in result.failed}
         for m in result.processed:
@@ -769,9 +803,10 @@ def team_drain(
 @team_app.command("status")
 def team_status(target: TeamTarget) -> None:
     """Message counts per mailbox and status."""
+    with _errors_as_exit():
+        team = _resolve_team(target)
 
     async def main() -> int:
-        team = _resolve_team(target)
         table = Table(box=box.SIMPLE)
         for column in ("mailbox", "pending", "processing", "done", "failed", "cancelled"):
             table.add_column(column)
@@ -795,9 +830,10 @@ def team_inbox(
     status: Annotated[str | None, typer.Option(help="Only messages in this status.")] = None,
 ) -> None:
     """The messages of one member's mailbox."""
+    with _errors_as_exit():
+        team = _resolve_team(target)
 
     async def main() -> int:
-        team = _resolve_team(target)
         for m in await team.mailbox.inbox(team.mailbox_id(member), status=status):
             stdout.print(
                 f"{m.id} {m.status:<10} {m.kind:<8} from {m.from_mailbox}: {_one_line(m.body, 80)}"

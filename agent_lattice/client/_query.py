@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.service import RPCError
 
 from .._errors import HistoryStoreError, HookError, OptionError, TracerError
 from .._history import QueryMirror
@@ -213,7 +214,10 @@ class QueryRun:
                 # lands: follow the run's durable messages for it
                 follower = asyncio.create_task(self._follow(runtime))
             try:
-                output: AgentRunOutput = await self._handle.result()
+                output: AgentRunOutput = await runtime.watch.until_lost(self._handle.result())
+            except RPCError as err:
+                runtime.watch.raise_if_lost(err)
+                raise
             except asyncio.CancelledError:
                 # The caller cancelled: abort the run and keep the turns it completed.
                 self._cancelled = True
@@ -292,6 +296,8 @@ class QueryRun:
                         await queue.put(_STORE_FAILED)
                         return
                     await queue.put(message)
+            except Exception as err:  # the caller hears why the messages stopped
+                await queue.put(_Failed(err))
             finally:
                 await queue.put(_END)
 
@@ -334,12 +340,18 @@ class QueryRun:
         try:
             while True:
                 try:
-                    item = await queue.get()
+                    # waiting gives up once the server has been unreachable for too long
+                    item = queue.get_nowait() if queue.qsize() else None
+                    if item is None:
+                        item = await runtime.watch.until_lost(queue.get())
                 except asyncio.CancelledError:
                     self._cancelled = True  # the consuming task was cancelled: abort
                     raise
                 if item is _END:
                     break
+                if isinstance(item, _Failed):
+                    runtime.watch.raise_if_lost(item.error)
+                    raise item.error
                 if item is _STORE_FAILED:
                     self._raise_store_failure()
                 if isinstance(item, _Nested):
@@ -432,10 +444,19 @@ class QueryRun:
     async def _abandon(self, runtime: Runtime, new_messages: list[ModelMessage]) -> None:
         """End a run its caller left: a cancelled caller aborts it (``error_abort``), one that
         stopped reading interrupts it; either way its completed turns are kept."""
+        if runtime.watch.down_since is not None:
+            return  # the server is unreachable: nothing can reach the run (it goes on there)
         with contextlib.suppress(Exception):
             await self._handle.signal("abort" if self._cancelled else "interrupt")
         output = await asyncio.wait_for(self._output(), 30)
         await self._collect(runtime, output, new_messages)
+
+
+class _Failed:
+    """Why the run's durable messages stopped before its result."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 class _Nested:

@@ -14,6 +14,7 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -26,7 +27,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from .._delegation import delegation_targets
-from .._errors import ConfigurationError
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
@@ -56,6 +56,7 @@ from ._orphans import (
     serving,
     team_may_start,
 )
+from ._reconnect import DEFAULT_RECONNECT_S, ServerWatch, connect_client, reconnect_limit
 from ._server import DevServer, lattice_home
 
 if TYPE_CHECKING:
@@ -152,6 +153,8 @@ class Runtime:
             stream_host or os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
         )
         self._lock = asyncio.Lock()
+        # the server's health as this runtime sees it (connect() starts watching it)
+        self.watch = ServerWatch(client.service_client.config.target_host, DEFAULT_RECONNECT_S)
 
     @classmethod
     async def connect(
@@ -164,7 +167,12 @@ class Runtime:
         settings: ActivitySettings | None = None,
         quiet: bool = False,
         tool_threads: int = DEFAULT_TOOL_THREADS,
+        reconnect_s: float | None = None,
     ) -> Runtime:
+        """``reconnect_s`` (default ``LATTICE_RECONNECT_S``, else 600): how long the runtime,
+        its workers and its queries keep retrying a server they cannot reach before failing
+        with :class:`ServerUnreachableError`; meanwhile stderr says it is retrying."""
+        limit = reconnect_limit(reconnect_s)
         address = address or os.environ.get("TEMPORAL_ADDRESS")
         namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
         api_key = api_key or os.environ.get("TEMPORAL_API_KEY")
@@ -184,36 +192,28 @@ class Runtime:
                 "false",
                 "no",
             )
-        # A dev server accepts TCP before its frontend serves; give a fresh one time to come up.
-        started = time.monotonic()
-        deadline = started + (EMBEDDED_READY_TIMEOUT if server is not None else 0)
-        while True:
-            try:
-                client = await Client.connect(
-                    address,
-                    namespace=namespace,
-                    api_key=api_key,
-                    tls=bool(api_key),
-                    data_converter=pydantic_data_converter,
-                    runtime=_temporal_runtime(),
-                )
-                break
-            except Exception as err:
-                # any server that answers "not healthy yet" is starting: wait for it too
-                starting = "not healthy yet" in str(err)
-                if time.monotonic() < (started + EMBEDDED_READY_TIMEOUT if starting else deadline):
-                    await asyncio.sleep(0.2)
-                    continue
-                raise ConfigurationError(
-                    f"could not connect to Temporal at {address}: {err}"
-                ) from err
-        return cls(
+        watch = ServerWatch(address, limit, home=Path(server.home) if server else None)
+        client = await connect_client(
+            address,
+            watch,
+            # a dev server accepts TCP before its frontend serves: give a fresh one time
+            ready_s=EMBEDDED_READY_TIMEOUT if server is not None else 0,
+            namespace=namespace,
+            api_key=api_key,
+            tls=bool(api_key),
+            data_converter=pydantic_data_converter,
+            runtime=_temporal_runtime(),
+        )
+        runtime = cls(
             client,
             inline_workers=inline_workers,
             settings=settings,
             server=server,
             tool_threads=tool_threads,
         )
+        runtime.watch = watch
+        watch.start(client)
+        return runtime
 
     # -- workers -------------------------------------------------------------------------
 
@@ -286,6 +286,7 @@ class Runtime:
             with contextlib.suppress(BaseException):
                 await task
         await self._receiver.close()
+        await self.watch.close()
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -345,6 +346,8 @@ class Runtime:
                 if isinstance(message, ResultMessage):
                     return
         except Exception as err:
+            # Temporal already retried the server for the reconnect limit: do not wait again.
+            self.watch.raise_if_lost(err)
             # The run closed while we read and no worker answers for it: use the record.
             log.debug("stream of %s unavailable: %s", workflow_id, err)
         finally:

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, ServerUnreachableError
 
 __all__ = ["DevServer", "lattice_home", "temporal_binary"]
 
@@ -60,15 +60,33 @@ def temporal_binary() -> str:
     )
 
 
+def _port_taken(port: int) -> bool:
+    """Whether another socket really holds ``port`` on 127.0.0.1: a listener answers a connect,
+    and a bind fails even with ``SO_REUSEADDR``. Sockets in TIME-WAIT, left by a server that
+    was killed with clients connected, hold a port for a minute but take nothing from the
+    server (Go listeners set ``SO_REUSEADDR`` too), so they do not count."""
+    if _accepting(port):
+        return True
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def _free_port(preferred: int | None = None) -> int:
-    for port in ([preferred] if preferred else []) + [0]:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise ConfigurationError("no free TCP port for the embedded Temporal server")
+    if preferred and not _port_taken(preferred):
+        return preferred
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", 0))
+        except OSError as err:
+            raise ConfigurationError(
+                f"no free TCP port for the embedded Temporal server: {err}"
+            ) from err
+        return int(s.getsockname()[1])
 
 
 def _accepting(port: int) -> bool:
@@ -78,14 +96,19 @@ def _accepting(port: int) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this host)."""
+    """Whether process ``pid`` exists (on this host) and is not a zombie: a killed server
+    stays one until the process that started it reaps it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): existing is all we can tell
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 @dataclass
@@ -110,13 +133,18 @@ class DevServer:
         return home / "temporal-server.json"
 
     @classmethod
-    def running(cls, home: Path | None = None) -> DevServer | None:
-        home = home or lattice_home()
+    def recorded(cls, home: Path | None = None) -> DevServer | None:
+        """The server last started under ``home``, whether it still runs or not (a server that
+        was killed leaves its record; ``stop()`` removes it)."""
         try:
-            server = cls(**json.loads(cls._state_file(home).read_text()))
+            return cls(**json.loads(cls._state_file(home or lattice_home()).read_text()))
         except (OSError, ValueError, TypeError):
             return None
-        return server if pid_alive(server.pid) and _accepting(server.port) else None
+
+    @classmethod
+    def running(cls, home: Path | None = None) -> DevServer | None:
+        server = cls.recorded(home)
+        return server if server and pid_alive(server.pid) and _accepting(server.port) else None
 
     @classmethod
     def ensure(
@@ -128,7 +156,12 @@ class DevServer:
         ui: bool = True,
         timeout: float = 60.0,
     ) -> tuple[DevServer, bool]:
-        """Reuse the server recorded under ``home`` or start one; returns (server, started)."""
+        """Reuse the server recorded under ``home`` or start one; returns (server, started).
+
+        A server that died (killed, crashed) comes back on the ports it had, so the workers
+        and clients still retrying its address find it again; ``port``/``ui_port`` choose
+        others. Only when another process listens there does it move, and it says so on
+        stderr: processes connected to the old address cannot follow it."""
         home = home or lattice_home()
         home.mkdir(parents=True, exist_ok=True)
         with open(home / "temporal-server.lock", "w") as lock:
@@ -136,16 +169,58 @@ class DevServer:
             existing = cls.running(home)
             if existing is not None:
                 return existing, False
-            server = cls._start(home, port=port, ui_port=ui_port, ui=ui, timeout=timeout)
+            last = cls.recorded(home)
+            if last is not None:
+                port = last.port if port is None else port
+                ui_port = (last.ui_port or None) if ui_port is None else ui_port
+            wanted = 7233 if port is None else port
+            try:
+                server = cls._start(home, port=wanted, ui_port=ui_port, ui=ui, timeout=timeout)
+            except ConfigurationError as err:
+                raise ServerUnreachableError(
+                    f"could not start the embedded Temporal server: {err}"
+                ) from err
             cls._state_file(home).write_text(json.dumps(asdict(server)))
+            for what, asked, got in (
+                ("port", wanted, server.port),
+                ("UI port", ui_port, server.ui_port if ui else None),
+            ):
+                if asked and got != asked:
+                    stranded = (
+                        f" (processes still using 127.0.0.1:{asked} will not reach it: "
+                        "restart them)"
+                        if last is not None and what == "port"
+                        else ""
+                    )
+                    print(
+                        f"agent-lattice: {what} {asked} is taken by another process; the "
+                        f"embedded Temporal server uses {got} instead{stranded}",
+                        file=sys.stderr,
+                    )
             return server, True
 
     @classmethod
+    def revive(cls, home: Path, address: str) -> DevServer | None:
+        """Start the server recorded under ``home`` at ``address`` again if its process is
+        gone (killed, crashed), on its recorded ports; None when it was stopped (``stop()``
+        leaves no record), moved elsewhere, or is alive (busy, suspended: not ours to
+        replace)."""
+        last = cls.recorded(home)
+        if last is None or last.address != address:
+            return None
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(last.pid, os.WNOHANG)  # a server this process started is reaped first
+        if pid_alive(last.pid):
+            return None
+        server, started = cls.ensure(home, ui=bool(last.ui_port))
+        return server if started else None
+
+    @classmethod
     def _start(
-        cls, home: Path, *, port: int | None, ui_port: int | None, ui: bool, timeout: float
+        cls, home: Path, *, port: int, ui_port: int | None, ui: bool, timeout: float
     ) -> DevServer:
-        grpc_port = _free_port(7233 if port is None else port)
-        ui_port = ui_port if ui_port is not None else _free_port(grpc_port + 1000)
+        grpc_port = _free_port(port)
+        ui_port = _free_port(ui_port if ui_port else grpc_port + 1000) if ui else 0
         args = [
             temporal_binary(),
             "server",

@@ -19,6 +19,7 @@ from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._registry import AgentRegistry
+from ._server_wait import ServerWaitInterceptor
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -83,6 +84,8 @@ class LatticePlugin(SimplePlugin):
                 restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
             ),
             workflow_failure_exception_types=[LatticeError, pydantic.ValidationError],
+            # a finished tool's result must reach a server that is down for a while
+            interceptors=[ServerWaitInterceptor()] if activities else None,
         )
 
 

@@ -1,0 +1,220 @@
+"""Riding out an outage of the Temporal server: how long to retry, and saying so.
+
+Temporal Core already retries a worker's task polls forever; every other call (an activity's
+or workflow task's completion, a heartbeat, a client's describe, update or history poll)
+gives up after 10 s by default, and gives up silently: a tool's completion lost that way makes
+Temporal run the tool again, a client's lost call ends ``lattice run`` without a word. A
+runtime therefore connects with a retry budget as long as its reconnect limit, and watches
+its server to say on stderr when it is unreachable and when it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
+
+from .._errors import ConfigurationError, ServerUnreachableError
+from ..worker._server_wait import DEFAULT_RECONNECT_S, RECONNECT_ENV, reconnect_limit
+from ._server import DevServer
+
+__all__ = [
+    "DEFAULT_RECONNECT_S",
+    "ServerWatch",
+    "connect_client",
+    "reconnect_limit",
+    "retry_config",
+    "unreachable",
+]
+
+T = TypeVar("T")
+
+# Core's default backoff grows to 5 s between tries, which is how late a call notices that
+# the server is back; 1 s keeps resuming prompt for about one refused connection per second.
+RETRY_MAX_INTERVAL_MS = 1000
+PROBE_UP_S = 2.0  # between health checks of a server that answers
+PROBE_DOWN_S = 0.5  # between health checks while it does not
+PROBE_TIMEOUT_S = 3.0
+# An embedded server unreachable this long whose process is gone is started again (once per
+# RESTART_EVERY_S): a crash then costs seconds, not a human noticing it.
+RESTART_AFTER_S = 3.0
+RESTART_EVERY_S = 10.0
+
+
+def retry_config(limit_s: float) -> RetryConfig:
+    """Core's retry of every call but task polls: as long as the reconnect limit."""
+    return RetryConfig(
+        initial_interval_millis=100,
+        multiplier=1.5,
+        max_interval_millis=RETRY_MAX_INTERVAL_MS,
+        max_elapsed_time_millis=int(limit_s * 1000),
+        # Enough tries for the whole limit (the elapsed time ends them first); not 0, which is
+        # unlimited but makes Core print an error line to stdout for every try after 15.
+        max_retries=int(limit_s * 2) + 20,
+    )
+
+
+def unreachable(err: BaseException) -> bool:
+    """Whether ``err`` says the server could not be reached (rather than refused the call)."""
+    if isinstance(err, RPCError):
+        return err.status == RPCStatusCode.UNAVAILABLE
+    text = str(err)
+    return isinstance(err, RuntimeError) and (
+        "Server connection error" in text or "not healthy yet" in text
+    )
+
+
+async def connect_client(
+    address: str, watch: ServerWatch, *, ready_s: float = 0.0, **options: Any
+) -> Client:
+    """``Client.connect`` with the reconnect limit's retries, tried again while the server
+    cannot be reached (saying so); a server just started is waited for ``ready_s`` quietly."""
+    started = time.monotonic()
+    while True:
+        try:
+            client = await Client.connect(
+                address, retry_config=retry_config(watch.limit_s), **options
+            )
+        except Exception as err:
+            if not unreachable(err):
+                raise ConfigurationError(
+                    f"could not connect to Temporal at {address}: {err}"
+                ) from err
+            waited = time.monotonic() - started
+            if waited >= watch.limit_s:
+                raise ServerUnreachableError(
+                    f"could not reach the Temporal server at {address} within "
+                    f"{watch.limit_s:g} s ({RECONNECT_ENV}): {err}"
+                ) from err
+            if waited >= ready_s:
+                watch.down()
+            await asyncio.sleep(0.2 if waited < ready_s else 0.5)
+            continue
+        watch.up()
+        return client
+
+
+def _say(text: str) -> None:
+    print(f"agent-lattice: {text}", file=sys.stderr, flush=True)
+
+
+class ServerWatch:
+    """Watches the server of one runtime: says once when it becomes unreachable and when it is
+    back, restarts the embedded server when its process is gone, and sets :attr:`lost` once
+    it has been unreachable for the reconnect limit (workers wait on it to give up)."""
+
+    def __init__(self, address: str, limit_s: float, *, home: Path | None = None) -> None:
+        self.address = address
+        self.limit_s = limit_s
+        self.home = home  # the embedded server's home, when this runtime uses one
+        self.down_since: float | None = None
+        self.lost = asyncio.Event()
+        self._restarted_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, client: Client) -> None:
+        self._task = asyncio.create_task(self._run(client), name=f"lattice-watch-{self.address}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    def down(self) -> None:
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+            _say(
+                f"Temporal server at {self.address} unreachable, retrying… "
+                f"(for up to {self.limit_s:g} s, {RECONNECT_ENV})"
+            )
+        elif now - self.down_since >= self.limit_s:
+            self.lost.set()
+
+    def up(self) -> None:
+        if self.down_since is not None:
+            _say(
+                f"reconnected to {self.address} "
+                f"(unreachable for {time.monotonic() - self.down_since:.0f} s)"
+            )
+            self.down_since = None
+            self.lost.clear()
+
+    def error(self, cause: BaseException | None = None) -> ServerUnreachableError:
+        detail = f": {cause}" if cause is not None else ""
+        return ServerUnreachableError(
+            f"lost the Temporal server at {self.address}: unreachable for more than "
+            f"{self.limit_s:g} s ({RECONNECT_ENV}){detail}"
+        )
+
+    def raise_if_lost(self, err: BaseException) -> None:
+        """Raise :class:`ServerUnreachableError` naming the server when ``err`` says it could
+        not be reached: Temporal has retried it for the whole reconnect limit by then."""
+        if isinstance(err, ServerUnreachableError):
+            raise err
+        if unreachable(err):
+            raise self.error(err) from err
+
+    async def until_lost(self, awaitable: Awaitable[T]) -> T:
+        """``await awaitable``, unless the server has been unreachable for the reconnect limit
+        first: then :class:`ServerUnreachableError` (and the awaited call is cancelled)."""
+        if self.lost.is_set():
+            raise self.error()
+        waited = asyncio.ensure_future(awaitable)
+        lost = asyncio.ensure_future(self.lost.wait())
+        try:
+            done, _ = await asyncio.wait([waited, lost], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            waited.cancel()
+            raise
+        finally:
+            lost.cancel()
+        if waited in done:
+            return waited.result()
+        waited.cancel()
+        raise self.error()
+
+    async def _run(self, client: Client) -> None:
+        while True:
+            try:
+                serving = await client.service_client.check_health(
+                    timeout=timedelta(seconds=PROBE_TIMEOUT_S)
+                )
+            except Exception:
+                serving = False
+            if serving:
+                self.up()
+            else:
+                self.down()
+                await self._restart_if_dead()
+            await asyncio.sleep(PROBE_DOWN_S if self.down_since is not None else PROBE_UP_S)
+
+    async def _restart_if_dead(self) -> None:
+        """Start the embedded server again on its recorded ports if its process is gone (a
+        server stopped with ``lattice server stop`` has no record and stays stopped)."""
+        now = time.monotonic()
+        if (
+            self.home is None
+            or self.down_since is None
+            or now - self.down_since < RESTART_AFTER_S
+            or now - self._restarted_at < RESTART_EVERY_S
+        ):
+            return
+        self._restarted_at = now
+        try:
+            server = await asyncio.to_thread(DevServer.revive, self.home, self.address)
+        except Exception as err:
+            _say(f"could not restart the embedded Temporal server: {err}")
+            return
+        if server is not None:
+            _say(f"restarted the embedded Temporal server at {server.address} (pid {server.pid})")

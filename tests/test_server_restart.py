@@ -1,0 +1,235 @@
+"""The Temporal server dies (kill -9) under running workers and `lattice run`: it comes back
+on its own port, they reconnect and say so, the run finishes with its result, and the tool in
+flight ran once; a server that stays away ends them with exit code 3 and one line naming it.
+
+Each test starts its own dev server in its own LATTICE_HOME (never the session's server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agent_lattice.client import DevServer
+from agent_lattice.testing import (
+    FakeAnthropicServer,
+    RecordedRequest,
+    Reply,
+    assert_eventually,
+    text,
+    tool_use,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = "tests/outage_app.py:agent"
+# Temporal Core gives up on a call (an activity's completion among them) after ~10 s
+OUTAGE_S = 12.0
+
+
+class Lattice:
+    """A ``lattice`` command in a fresh interpreter; its output goes to files."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path) -> None:
+        self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agent_lattice.client._cli", *argv],
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    @property
+    def out(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def finish(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"still running after {timeout} s; {self!r}") from None
+
+    def __repr__(self) -> str:
+        return f"stdout:\n{self.out}\nstderr:\n{self.err}"
+
+
+def model(request: RecordedRequest) -> Reply:
+    if request.tool_results:
+        return text(f"done: {request.tool_results[0]['content']}")
+    return tool_use("slow_note", {"text": "x"})
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    home = tmp_path / "home"
+    yield home
+    if (left := DevServer.recorded(home)) is not None:
+        with_pid = DevServer.running(home) or left
+        with_pid.stop()
+
+
+@pytest.fixture
+def env(home: Path, tmp_path: Path, fake_anthropic: FakeAnthropicServer) -> dict[str, str]:
+    fake_anthropic.set_handler(model)
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    return {
+        **base,
+        "LATTICE_HOME": str(home),
+        "ANTHROPIC_BASE_URL": fake_anthropic.base_url,
+        "ANTHROPIC_API_KEY": "test-key",
+        "LATTICE_TEST_EFFECTS": str(effects),
+        "COLUMNS": "200",
+    }
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Lattice]]:
+    started: list[Lattice] = []
+    yield started
+    for lattice in started:
+        if lattice.proc.poll() is None:
+            lattice.proc.kill()
+            lattice.proc.wait(10)
+
+
+def effects(env: dict[str, str]) -> list[str]:
+    return Path(env["LATTICE_TEST_EFFECTS"]).read_text().splitlines()
+
+
+def kill(server: DevServer) -> None:
+    os.kill(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while _accepting(server.port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _accepting(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def lingering_sockets(port: int) -> int:
+    """Sockets on ``port`` that are not listening (TIME-WAIT, FIN-WAIT...): the ones a bind
+    without SO_REUSEADDR fails on."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if int(local.rsplit(":", 1)[1], 16) == port and state != "0A":
+                    count += 1
+    return count
+
+
+# ---------------------------------------------------------------------------- the port
+
+
+async def test_killed_server_comes_back_on_its_ports(home: Path, capfd) -> None:
+    server, started = await asyncio.to_thread(DevServer.ensure, home, port=0)
+    assert started and server.ui_port
+    client = await Client.connect(server.address)
+    await client.service_client.check_health()
+    kill(server)  # with a client connected: its sockets linger on the port
+    await assert_eventually(lambda: lingering_sockets(server.port) > 0, within=5)
+
+    again, started = await asyncio.to_thread(DevServer.ensure, home)
+    assert started and (again.port, again.ui_port) == (server.port, server.ui_port)
+    assert again.pid != server.pid
+    await client.service_client.check_health()  # the old client reaches it again
+    assert "taken" not in capfd.readouterr().err
+
+    # a port that another process really listens on is left to it, loudly
+    kill(again)
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", server.port))
+        squatter.listen()
+        moved, started = await asyncio.to_thread(DevServer.ensure, home)
+    assert started and moved.port != server.port and moved.ui_port == server.ui_port
+    said = capfd.readouterr().err
+    assert f"agent-lattice: port {server.port} is taken by another process" in said
+    assert f"uses {moved.port} instead" in said and "restart them" in said
+
+
+# ---------------------------------------------------------------------------- an outage
+
+
+async def test_worker_and_run_ride_out_a_server_restart(
+    home: Path, env: dict[str, str], procs: list[Lattice], tmp_path: Path
+) -> None:
+    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
+    # no restart by the processes themselves; the tool ends soon after the server is gone
+    env = {**env, "TEMPORAL_ADDRESS": server.address, "LATTICE_TEST_TOOL_S": "1"}
+    procs.append(worker := Lattice("worker", ["worker", "tests/outage_app.py"], env, tmp_path))
+    await assert_eventually(lambda: "ready" in worker.out, within=30)
+    procs.append(run := Lattice("run", ["run", TARGET, "note x", "--no-worker"], env, tmp_path))
+    await assert_eventually(lambda: "start:x" in effects(env), within=30)
+
+    kill(server)  # the tool finishes while the server is away; its result must not be lost
+    await asyncio.sleep(OUTAGE_S)
+    back, started = await asyncio.to_thread(DevServer.ensure, home, ui=False)
+    assert started and back.address == server.address
+
+    assert await asyncio.to_thread(run.finish, 60) == 0, run
+    assert "← noted x" in run.out and "done: noted x" in run.out, run
+    assert effects(env) == ["start:x", "done:x"]  # it ran once
+    unreachable = f"agent-lattice: Temporal server at {server.address} unreachable, retrying…"
+    for process in (run, worker):
+        assert process.err.count(unreachable) == 1, process
+        assert f"agent-lattice: reconnected to {server.address}" in process.err, process
+    worker.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(worker.finish, 30) == 0, worker
+
+
+async def test_a_server_that_stays_away_ends_run_and_worker_with_code_3(
+    home: Path, env: dict[str, str], procs: list[Lattice], tmp_path: Path
+) -> None:
+    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
+    env = {**env, "TEMPORAL_ADDRESS": server.address, "LATTICE_RECONNECT_S": "2"}
+    procs.append(worker := Lattice("worker", ["worker", "tests/outage_app.py"], env, tmp_path))
+    await assert_eventually(lambda: "ready" in worker.out, within=30)
+    procs.append(run := Lattice("run", ["run", TARGET, "note x", "--no-worker"], env, tmp_path))
+    await assert_eventually(lambda: "start:x" in effects(env), within=30)
+
+    kill(server)
+    for process in (run, worker):
+        assert await asyncio.to_thread(process.finish, 30) == 3, process
+        last = process.err.strip().splitlines()[-1]
+        assert last.startswith(f"error: lost the Temporal server at {server.address}"), process
+        assert "LATTICE_RECONNECT_S" in last and "Traceback" not in process.err, process
+
+
+async def test_run_restarts_the_embedded_server_it_lost(
+    home: Path, env: dict[str, str], procs: list[Lattice], tmp_path: Path
+) -> None:
+    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
+    procs.append(run := Lattice("run", ["run", TARGET, "note x"], env, tmp_path))  # embedded
+    await assert_eventually(lambda: "start:x" in effects(env), within=30)
+
+    kill(server)
+    assert await asyncio.to_thread(run.finish, 60) == 0, run
+    assert "done: noted x" in run.out and effects(env) == ["start:x", "done:x"], run
+    assert f"restarted the embedded Temporal server at {server.address}" in run.err, run
+    back = DevServer.running(home)
+    assert back is not None and back.address == server.address and back.pid != server.pid
