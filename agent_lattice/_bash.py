@@ -248,9 +248,9 @@ class _Reader:
             return
         words = [name, *node.children_by_field_name("argument")]
         alternatives: list[list[str | None]] = []
-        for word in words:
-            found = self.fields_of_argument(word, state, depth)
-            alternatives.append(found)
+        for word in words:  # each word's alternatives, a split word's fields joined by NUL
+            found = self.word(word, state, depth, split=True)
+            alternatives.append(list(found) if found is not None else [None])
         combos = 1
         for choice in alternatives:
             combos *= max(1, len(choice))
@@ -259,11 +259,6 @@ class _Reader:
             return
         for argv in _argvs(alternatives):
             self.simple(argv, state, depth)
-
-    def fields_of_argument(self, node: Node, state: _State, depth: int) -> list[str | None]:
-        """The alternatives of one argument word, each possibly several fields joined by NUL."""
-        found = self.word(node, state, depth, split=True)
-        return found if found is not None else [None]
 
     def simple(self, argv: list[str | None], state: _State, depth: int) -> None:
         words: Words = [w for a in argv for w in (a.split("\0") if a is not None else [None])]
@@ -276,8 +271,11 @@ class _Reader:
             self.unsure("it runs a command whose name is only known when it runs")
             return
         name, args = os.path.basename(words[0]), words[1:]
-        if words[0] in self.functions:
-            self.statement(self.functions[words[0]], state, depth + 1)
+        if words[0] in self.functions:  # it runs here, in this shell, from this directory
+            if depth >= _MAX_DEPTH:
+                self.unsure("it calls functions too deeply to follow")
+            else:
+                self.statement(self.functions[words[0]], state, depth + 1)
             return
         special = _SPECIAL.get(name)
         if special is not None:
@@ -326,9 +324,14 @@ class _Reader:
             return None
         if kind == "concatenation":
             found = self.concatenate(node.named_children, state, depth, split=split)
-            if found is not None and all(c.type == "word" for c in node.named_children):
-                found = [b for f in found for b in _braces([f]) or [f]]
+            literal = ("word", "brace_expression")
+            if found is not None and all(c.type in literal for c in node.named_children):
+                found = _braces(found)
             return found
+        if kind == "brace_expression":  # {1..3}; inside a word, expanded with the word
+            text = node.text.decode()
+            inside = node.parent is not None and node.parent.type == "concatenation"
+            return [text] if inside else _braces([text])
         if kind == "arithmetic_expansion":
             return None
         return None
@@ -402,16 +405,17 @@ def _tilde(text: str, state: _State) -> list[str] | None:
     return [h + sep + rest for h in homes if h is not None]
 
 
-def _braces(texts: list[str]) -> list[str]:
+def _braces(texts: list[str]) -> list[str] | None:
+    """Brace expansion (``{a,b}``, ``{1..9}``); None past the bound."""
     out: list[str] = []
     for text in texts:
-        if ("{" in text and "," in text) or (".." in text and "{" in text):
-            try:
-                out += bracex.expand(text, limit=_MAX_ALTERNATIVES)
-                continue
-            except Exception:
-                pass
-        out.append(text)
+        if "{" not in text:
+            out.append(text)
+            continue
+        try:
+            out += bracex.expand(text, limit=_MAX_ALTERNATIVES)
+        except bracex.ExpansionLimitException:
+            return None  # too many names to check one by one
     return out
 
 
@@ -431,7 +435,7 @@ class _Effects:
         """A write of ``word`` relative to ``directory`` (None: the working directory)."""
         if word is not None and directory is not None and not os.path.isabs(word):
             word = os.path.join(directory, word)
-        self.write(word if directory is None or word is not None else directory, what)
+        self.write(word, what)
 
     def link(self, target: str | None, base: str | None) -> None:
         self.reader.link(target, base, self.state)

@@ -340,9 +340,12 @@ def _git(fx: Effects, args: Words) -> None:
     options, rest = options_and_operands(
         args, "Cc", ("git-dir", "work-tree", "namespace", "exec-path"), first_operand_stops=True
     )
-    where: str | None = "."
+    where = "."
     for directory in _values(options, "C"):
-        where = None if directory is None or where is None else os.path.join(where, directory)
+        if directory is None:
+            fx.unsure("git -C names a folder only known when it runs")
+            return
+        where = os.path.join(where, directory)
     for word in _values(options, "git-dir", "work-tree"):
         fx.write(word, "a git directory")
     if not rest:
@@ -359,23 +362,19 @@ def _git(fx: Effects, args: Words) -> None:
         )
         for word in _values(sub_options, "separate-git-dir", "template"):
             fx.write(word)
-        target = (
-            operands[1]
-            if sub == "clone" and len(operands) > 1
-            else operands[0]
-            if sub == "init" and operands
-            else None
-        )
-        fx.write_in(where, target, "a repository") if target is not None else fx.write(
-            where, "a repository"
-        )
+        named = 1 if sub == "clone" else 0  # clone REPO [DIR], init [DIR]
+        if len(operands) > named:
+            fx.write_in(where, operands[named], "a repository")
+        else:
+            fx.write(where, "a repository")
     elif sub == "archive":
         options_, _ = options_and_operands(sub_args, "o", ("output", "format", "prefix", "remote"))
         for word in _values(options_, "o", "output"):
             fx.write_in(where, word, "an archive")
     elif sub == "worktree" and sub_args[:1] == ["add"]:
         _, operands = options_and_operands(sub_args[1:], "bB")
-        fx.write_in(where, operands[0] if operands else None, "a worktree")
+        if operands:
+            fx.write_in(where, operands[0], "a worktree")
     elif sub not in _GIT_READS:
         fx.write(where, "a repository")
 
@@ -403,7 +402,10 @@ def _find(fx: Effects, args: Words) -> None:
                 end += 1
             argv, i = expression[i:end], end + 1
             for start in starts:
-                found = None if start is None else os.path.join(start, "found-file")
+                if start is None:
+                    fx.unsure("find searches a folder only known when it runs")
+                    continue
+                found = os.path.join(start, "found-file")
                 here = [found if a == "{}" else (None if a and "{}" in a else a) for a in argv]
                 if word in ("-execdir", "-okdir"):
                     fx.run([a if a != found else "./found-file" for a in here], start)

@@ -123,6 +123,7 @@ LEGITIMATE = [
     ("pushd src >/dev/null && touch p && popd >/dev/null && touch q", "src/p"),
     ("D=build; mkdir -p $D && cp -r src/. $D/ && ln -s a.txt $D/link", "build/link"),
     ("echo warn >&2; tmp=$TMPDIR; echo done > done.txt", "done.txt"),
+    ("touch f{1..3} {a,b}.txt && rm f1", "f3"),
 ]
 
 
