@@ -1,12 +1,14 @@
 """Built-in workspace tools: Read, Write, Edit, LS, Glob, Grep, Bash (seeds: Agent Workspace
 Tools, Workspaces).
 
-Read, LS, Glob and Grep observe anything the worker process can read. Write, Edit and the
-writes Bash commands obviously make are allowed only under the workspace roots and the
-query's workspace grants; every path is resolved first (``..``, symlinks, absolute paths), so
-none escapes. A denial is a structured ``permission_denied`` result the model can act on.
-Bash write detection is best-effort — a shell can always write in ways a parser does not
-see — so production hosts pair Bash with a ``permission`` callback.
+Read, LS, Glob and Grep observe anything the worker process can read. Write, Edit and Bash
+write only under the workspace roots and the query's workspace grants; every path is
+resolved first (``..``, symlinks, absolute paths), so none escapes. A denial is a structured
+``permission_denied`` result the model can act on. Bash has two lines: the command parser
+(agent_lattice._bash) refuses what it sees going outside, and the OS sandbox
+(agent_lattice._sandbox) holds what it cannot see; without the sandbox the parser also
+refuses what it cannot follow, and programs it cannot see into (``python -c``, ``make``)
+are held by nothing — pair Bash with a ``permission`` callback there.
 """
 
 from __future__ import annotations
@@ -148,7 +150,9 @@ class Boundary:
             matches = glob.glob(str(Path(self.cwd, path))) if glob.has_magic(path) else []
             for each in (path, *matches):
                 denied = self.denial("Bash", each)
-                if denied is not None and not (sandboxed and _private_tmp(self.resolve(each))):
+                if denied is not None and not (
+                    sandboxed and _new_in_private_tmp(self.resolve(each))
+                ):
                     return denied
         for target, base in reading.links:
             denied = self.denial("Bash", target, link_from=base)
@@ -159,7 +163,7 @@ class Boundary:
         return None
 
 
-def _private_tmp(path: Path) -> bool:
+def _new_in_private_tmp(path: Path) -> bool:
     """In the sandbox /tmp is its own: a new name there reaches nothing outside. (A name the
     host's /tmp has is refused all the same: the model means that one, which it cannot reach.)"""
     parts = path.parts
