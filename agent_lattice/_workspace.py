@@ -279,8 +279,8 @@ def check_workspace_option(value: Any) -> str | bool | dict[str, Any] | None:
         ShellSettings.of("AgentOptions: workspace", **shell)
         return {**shell, "path": None if path is None else os.fspath(path)}
     raise OptionError(
-        "AgentOptions: workspace must be a path, False, or a mapping with path, env, sandbox "
-        f"and network; got {value!r}"
+        "AgentOptions: workspace must be a path or False, or a mapping with path, env, "
+        f"sandbox and network; got {value!r}"
     )
 
 
