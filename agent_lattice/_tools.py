@@ -170,10 +170,27 @@ async def run_off_loop(fn: Callable[..., Any], *args: Any, executor: Executor | 
         out = fn(*args)
     else:
         call = functools.partial(contextvars.copy_context().run, fn, *args)
-        out = await asyncio.get_running_loop().run_in_executor(executor, call)
+        future = asyncio.get_running_loop().run_in_executor(executor, call)
+        try:
+            out = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped: the call is over when the function returns (an
+            # abort waits for the handlers that started to settle, as the seeds say).
+            await _settled(future)
+            raise
     if inspect.isawaitable(out):
         out = await out
     return out
+
+
+async def _settled(future: asyncio.Future[Any]) -> None:
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            continue
+    if not future.cancelled():
+        future.exception()  # retrieved: its outcome no longer matters
 
 
 def coerce_result(out: Any, name: str) -> ToolResult:

@@ -5,6 +5,7 @@ finish; each call has an idempotency key that is the same on its retry."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -118,6 +119,30 @@ async def test_while_a_sync_tool_blocks_other_queries_and_interrupts_get_through
         release.set()
     result = await asyncio.wait_for(blocked, 30)
     assert result.subtype == "success" and result.result == "blocker done"
+
+
+async def test_an_abort_waits_for_a_started_sync_handler_to_settle(
+    make_agent, fake_anthropic, short_heartbeats
+):
+    started, events = threading.Event(), []
+
+    def slow(input: Expr) -> str:
+        started.set()
+        time.sleep(4)  # the cancellation reaches the worker with a heartbeat, within 1 s
+        events.append("end")
+        return "finished"
+
+    fake_anthropic.set_handler(Script(tool_use("slow", {"expr": "x"}), text("unused")))
+    agent = make_agent(tools=[tool("slow", "Slow", Expr, slow)])
+    query = asyncio.ensure_future(agent.prompt("Go."))
+    await asyncio.wait_for(asyncio.to_thread(started.wait, 20), 25)
+    query.cancel()  # the caller cancels: the run is aborted, its tool call cancelled
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(query, 30)
+
+    assert events == ["end"]  # the run ended only once the handler's thread had
+    history = await agent.get_history()
+    assert "was cancelled: the query was aborted" in history[-1].content[0].content
 
 
 @pytest.mark.parametrize("cheap", [False, True], ids=["activity", "local-activity"])
