@@ -37,6 +37,8 @@ class ProviderError(LatticeError):
 
     Retryable: 408, 409, 429, 5xx, 529/overloaded, connection failures and timeouts.
     Everything else (other 4xx) is final and reaches the caller as an error result.
+    ``error_type="connection"`` (the provider could not be reached at all) is retried only
+    for ``ActivitySettings.model_unreachable_give_up_s``; say where in ``message``.
     """
 
     def __init__(
