@@ -164,11 +164,9 @@ class AgentActivities:
                     attempt=attempt,
                     after=input.after,
                 ) as sender:
-                    message = await _call_model(
-                        agent, request, sender.send, input.unreachable_give_up_s
-                    )
+                    message = await _call_model(agent, request, sender.send, input)
             else:
-                message = await _call_model(agent, request, None, input.unreachable_give_up_s)
+                message = await _call_model(agent, request, None, input)
         await tracer.emit(
             "assistant_message",
             turn=input.turn,
@@ -792,7 +790,7 @@ async def _call_model(
     agent: Agent,
     request: ModelRequest,
     on_event: object,
-    unreachable_give_up_s: float | None = None,
+    input: ModelCallInput | None = None,
 ) -> ModelMessage:
     warm_up = getattr(agent.model_client, "warm_up", None)
     if callable(warm_up):
@@ -811,8 +809,8 @@ async def _call_model(
             category=ApplicationErrorCategory.BENIGN,  # the configured outcome, not a fault
         ) from None
     except ProviderError as err:
-        if err.error_type == "connection" and unreachable_give_up_s is not None:
-            raise _unreachable(err, unreachable_give_up_s) from None
+        if err.error_type == "connection" and input and input.unreachable_give_up_s is not None:
+            raise _unreachable(err, input.unreachable_give_up_s, input.retry_initial_s) from None
         if err.error_type == "timeout" and request.timeout_ms is not None:
             raise ApplicationError(
                 f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
@@ -831,7 +829,7 @@ async def _call_model(
         ) from None
 
 
-def _unreachable(err: ProviderError, give_up_s: float) -> ApplicationError:
+def _unreachable(err: ProviderError, give_up_s: float, initial_s: float) -> ApplicationError:
     """The provider cannot be reached at all (a wrong base_url, a server that is down): retried
     with short waits for ``give_up_s`` from the first attempt, then final, naming the URL
     (the message does) rather than waiting out every attempt of a 5xx."""
@@ -851,7 +849,8 @@ def _unreachable(err: ProviderError, give_up_s: float) -> ApplicationError:
         err.message,
         {"status_code": None, "error_type": "connection"},
         type="ProviderError",
-        next_retry_delay=timedelta(seconds=min(2.0 ** (info.attempt - 1), left)),
+        # the retry policy's backoff, cut to end at the budget
+        next_retry_delay=timedelta(seconds=min(initial_s * 2.0 ** (info.attempt - 1), left)),
     )
 
 

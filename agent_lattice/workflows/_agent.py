@@ -441,6 +441,7 @@ class AgentWorkflow:
                     run_id=workflow.info().run_id,
                     trace_seq=self._seq_block(2),
                     unreachable_give_up_s=s.model_unreachable_give_up_s,
+                    retry_initial_s=s.retry_initial_s,
                 ),
                 result_type=ModelCallOutput,
                 start_to_close_timeout=timedelta(

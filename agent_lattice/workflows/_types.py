@@ -196,8 +196,9 @@ class ModelCallInput(BaseModel):
     request: RequestOptions = Field(default_factory=RequestOptions)
     run_id: str | None = None
     trace_seq: int = 0
-    # see ActivitySettings.model_unreachable_give_up_s
+    # see ActivitySettings.model_unreachable_give_up_s; the first wait between its attempts
     unreachable_give_up_s: float | None = None
+    retry_initial_s: float = 1.0
 
 
 class ModelCallOutput(BaseModel):
