@@ -31,6 +31,8 @@ from agent_lattice.testing import (
     tool_use,
 )
 
+from conftest import child_ids
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 PROMPT = "Record A, then answer."
@@ -164,6 +166,30 @@ async def test_adopting_a_run_serves_its_delegated_child_too(
     assert lines[:2] == ["record:A", "block-start:B"]  # the child's completed tool: once
     # the call cut by the kill ran once more (an idempotent tool) or became an error result
     assert lines[2:] in ([], ["block-start:B", "block-done:B"]), lines
+
+
+async def test_ending_an_orphan_ends_its_delegated_child_too(
+    make_orphan, fake_anthropic, effects, lattice_runtime
+):
+    def model(request: RecordedRequest) -> Reply:
+        if "You are orphanboss." in (request.system or ""):
+            return tool_use("delegate", {"task": "record A then B"})
+        done = [r["content"] for r in request.tool_results]
+        if not done:
+            return tool_use("record", {"text": "A"})
+        return tool_use("block", {"text": "B"}) if done == ["recorded A"] else text("A and B")
+
+    def child_tool_runs() -> bool:
+        return "block-start:B" in effects.read_text()
+
+    workflow_id, _ = await make_orphan(model, child_tool_runs, kind="boss")
+    (child_id,) = await child_ids(lattice_runtime.client, workflow_id)
+    result = await asyncio.wait_for(lattice_runtime.end_orphan(workflow_id), 60)
+
+    assert result is not None and result.subtype == "interrupted", result
+    child = await lattice_runtime.outcome(child_id)
+    assert child.subtype == "interrupted", child  # not left running, nor terminated
+    assert effects.read_text().splitlines() == ["record:A", "block-start:B"]
 
 
 async def test_another_definition_of_the_agent_does_not_adopt_it(orphaned, fake_anthropic):
