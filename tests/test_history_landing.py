@@ -517,3 +517,37 @@ async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up
 
     await caught_up(result, session, store, later)
     assert len(fake_anthropic.requests[-1].messages) == 5
+
+
+async def test_a_killed_inline_client_s_run_is_adopted_and_its_store_caught_up(
+    lattice_runtime, fake_anthropic, app_env, tmp_path, lattice_server
+):
+    """The client served its own query (no worker) and died: a later process over the same
+    session and store adopts the orphaned run, and the store gets its last messages."""
+    answer = threading.Event()
+
+    def model(request: RecordedRequest) -> Reply:
+        if request.last_user_text == "Anything else?":
+            return text("No.")
+        if not request.tool_results:
+            return tool_use("record", {"text": "A"})
+        if not answer.is_set():
+            return hang(30)  # the dead client's request: never answered
+        return text("Recorded.")
+
+    fake_anthropic.set_handler(model)
+    path = tmp_path / "inline.jsonl"
+    session = f"s{uuid.uuid4().hex[:10]}"
+    store = await killed_after_a_tool_result(
+        spawn(HERE / "history_app.py", lattice_server, session, path, "inline", env=app_env), path
+    )
+    answer.set()
+
+    later = build(
+        session_id=session,
+        history_store=create_jsonl_history_store(path=path),
+        base_url=fake_anthropic.base_url,
+    )
+    result = await later.prompt("Anything else?", runtime=lattice_runtime)
+
+    await caught_up(result, session, store, later)
