@@ -235,6 +235,9 @@ async def test_attach_says_orphaned_and_interrupt_force_ends_it_keeping_its_turn
     assert time.monotonic() - started < 5
     assert f"lattice interrupt --force {workflow_id}" in attach.err
     assert f"session id {session!r}" in attach.err
+    runs = Cli.run("runs", env=env)
+    assert await asyncio.to_thread(runs.finish) == 0, runs
+    assert "orphaned" in next(line for line in runs.stdout if workflow_id in line)
 
     plain = Cli.run("interrupt", workflow_id, env=env)
     assert await asyncio.to_thread(plain.finish) == 1, plain

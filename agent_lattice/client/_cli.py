@@ -865,6 +865,9 @@ async def _runs(limit: int) -> int:
         summaries = await asyncio.gather(
             *(_summary(runtime.client, e.id, e.run_id) for e in executions)
         )
+        # a running run that no worker serves (its process died) says so
+        running = {e.task_queue for e in executions if e.status == WorkflowExecutionStatus.RUNNING}
+        served = {q: await has_live_worker(runtime.client, q) for q in running}
     finally:
         await runtime.close()
     if not executions:
@@ -883,6 +886,8 @@ async def _runs(limit: int) -> int:
     table.add_column("summary", overflow="fold", ratio=1, min_width=12)
     for execution, summary in zip(executions, summaries, strict=True):
         status = execution.status.name if execution.status else "?"
+        if served.get(execution.task_queue) is False and status == "RUNNING":
+            status = "ORPHANED"
         end = execution.close_time or datetime.now(UTC)
         table.add_row(
             execution.id,
