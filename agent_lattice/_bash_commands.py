@@ -79,6 +79,12 @@ def _values(options: Options, *names: str) -> list[str | None]:
     return [v for n, v in options if n in names]
 
 
+def _last(options: Options, *names: str, default: str | None = None) -> str | None:
+    """The value of the last of these options given (a later one wins, as in the tools)."""
+    values = _values(options, *names)
+    return values[-1] if values else default
+
+
 def _has(options: Options, *names: str) -> bool:
     return any(n in names for n, _ in options)
 
@@ -235,11 +241,7 @@ def _tar(fx: Effects, args: Words) -> None:
         for word in archives:
             fx.write(word, "an archive")
     if extracts:
-        dirs = _values(options, "C", "directory")
-        if dirs:
-            fx.write(dirs[-1], "an extraction directory")
-        else:
-            fx.write(".", "the working directory (tar extracts there)")
+        fx.write(_last(options, "C", "directory", default="."), "an extraction directory")
 
 
 def _curl(fx: Effects, args: Words) -> None:
@@ -252,7 +254,7 @@ def _curl(fx: Effects, args: Words) -> None:
             "write-out referer range"
         ),
     )
-    outdir = (_values(options, "output-dir") or [None])[-1]
+    outdir = _last(options, "output-dir")
     for word in _values(options, "o", "output"):
         if word != "-":
             fx.write_in(outdir, word, "a download")
@@ -284,7 +286,7 @@ def _wget(fx: Effects, args: Words) -> None:
             "exclude-directories header user password post-data load-cookies save-cookies"
         ),
     )
-    prefix = (_values(options, "P", "directory-prefix") or [None])[-1]
+    prefix = _last(options, "P", "directory-prefix")
     documents = _values(options, "O", "output-document")
     for word in documents:
         if word != "-":
@@ -299,8 +301,7 @@ def _unzip(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(args, "dxP")
     if _has(options, "l", "t", "p", "Z", "v", "z"):
         return
-    target = _values(options, "d")
-    fx.write(target[-1] if target else ".", "an extraction directory")
+    fx.write(_last(options, "d", default="."), "an extraction directory")
 
 
 def _zip(fx: Effects, args: Words) -> None:
@@ -475,8 +476,7 @@ def _patch(fx: Effects, args: Words) -> None:
     )
     for word in _values(options, "o", "output", "r", "reject-file"):
         fx.write(word)
-    dirs = _values(options, "d", "directory")
-    fx.write(dirs[-1] if dirs else ".", "the files a patch names")
+    fx.write(_last(options, "d", "directory", default="."), "the files a patch names")
 
 
 def _make(fx: Effects, args: Words) -> None:
