@@ -150,7 +150,13 @@ async def test_killed_server_comes_back_on_its_ports(home: Path, capfd) -> None:
     assert started and server.ui_port
     client = await Client.connect(server.address)
     await client.service_client.check_health()
-    kill(server)  # with a client connected: its sockets linger on the port
+    # Killed with clients connected, the server closes first: its end of each connection
+    # lingers in TIME-WAIT on the port (made sure of with a plain connection closed after it)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as plain:
+        assert plain.recv(1024)  # the server's HTTP/2 settings: it accepted the connection
+        kill(server)
+        while plain.recv(1024):  # up to the server's FIN
+            pass
     await assert_eventually(lambda: lingering_sockets(server.port) > 0, within=5)
 
     again, started = await asyncio.to_thread(DevServer.ensure, home)
@@ -175,18 +181,27 @@ async def test_killed_server_comes_back_on_its_ports(home: Path, capfd) -> None:
 # ---------------------------------------------------------------------------- an outage
 
 
-async def test_worker_and_run_ride_out_a_server_restart(
-    home: Path, env: dict[str, str], procs: list[Lattice], tmp_path: Path
-) -> None:
+async def worker_and_run(
+    home: Path, env: dict[str, str], procs: list[Lattice]
+) -> tuple[DevServer, Lattice, Lattice]:
+    """A server of the test's own, a `lattice worker` and a `lattice run --no-worker` on it
+    (given its address: they do not restart it), once the run's tool started."""
     server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
-    # no restart by the processes themselves; the tool ends soon after the server is gone
-    env = {**env, "TEMPORAL_ADDRESS": server.address, "LATTICE_TEST_TOOL_S": "1"}
-    procs.append(worker := Lattice("worker", ["worker", "tests/outage_app.py"], env, tmp_path))
+    env = {**env, "TEMPORAL_ADDRESS": server.address}
+    logs = home.parent
+    procs.append(worker := Lattice("worker", ["worker", "tests/outage_app.py"], env, logs))
     await assert_eventually(lambda: "ready" in worker.out, within=30)
-    procs.append(run := Lattice("run", ["run", TARGET, "note x", "--no-worker"], env, tmp_path))
+    procs.append(run := Lattice("run", ["run", TARGET, "note x", "--no-worker"], env, logs))
     await assert_eventually(lambda: "start:x" in effects(env), within=30)
+    return server, worker, run
 
-    kill(server)  # the tool finishes while the server is away; its result must not be lost
+
+async def test_worker_and_run_ride_out_a_server_restart(
+    home: Path, env: dict[str, str], procs: list[Lattice]
+) -> None:
+    # the tool ends soon after the server is gone: its result must not be lost
+    server, worker, run = await worker_and_run(home, {**env, "LATTICE_TEST_TOOL_S": "1"}, procs)
+    kill(server)
     await asyncio.sleep(OUTAGE_S)
     back, started = await asyncio.to_thread(DevServer.ensure, home, ui=False)
     assert started and back.address == server.address
@@ -203,15 +218,9 @@ async def test_worker_and_run_ride_out_a_server_restart(
 
 
 async def test_a_server_that_stays_away_ends_run_and_worker_with_code_3(
-    home: Path, env: dict[str, str], procs: list[Lattice], tmp_path: Path
+    home: Path, env: dict[str, str], procs: list[Lattice]
 ) -> None:
-    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
-    env = {**env, "TEMPORAL_ADDRESS": server.address, "LATTICE_RECONNECT_S": "2"}
-    procs.append(worker := Lattice("worker", ["worker", "tests/outage_app.py"], env, tmp_path))
-    await assert_eventually(lambda: "ready" in worker.out, within=30)
-    procs.append(run := Lattice("run", ["run", TARGET, "note x", "--no-worker"], env, tmp_path))
-    await assert_eventually(lambda: "start:x" in effects(env), within=30)
-
+    server, worker, run = await worker_and_run(home, {**env, "LATTICE_RECONNECT_S": "2"}, procs)
     kill(server)
     for process in (run, worker):
         assert await asyncio.to_thread(process.finish, 30) == 3, process
