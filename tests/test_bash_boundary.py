@@ -158,6 +158,9 @@ async def test_the_kernel_stops_what_the_parser_cannot_see(tmp_path, monkeypatch
     assert (granted / "g").exists() and (root / "w").exists()
     assert "t" in (await tools["Bash"].invoke({"command": "cat /tmp/t"}, ctx)).content
     assert not Path("/tmp/t").exists()  # noqa: ASYNC240 - the sandbox's /tmp is its own, kept between commands
+    # its own process namespace: the worker's /proc/<pid>/environ (its credentials) is not there
+    procs = await tools["Bash"].invoke({"command": "ls -d /proc/[0-9]* | wc -l"}, ctx)
+    assert int(procs.content.split()[0]) <= 4
     offline = create_agent_workspace_tools(root, sandbox="required", network=False)
     ip = await offline[-1].invoke({"command": "cat /proc/net/dev | wc -l"}, ctx)
     assert ip.content.startswith("3")  # the loopback device alone
