@@ -453,6 +453,21 @@ async def test_a_retried_model_request_is_stored_once(
     assert stored == await agent.get_history()
 
 
+def answered_once_dead(answer: threading.Event):
+    """The model of the killed-client tests: record A; the final answer waits until
+    ``answer`` is set (the client is dead); "No." to the later Agent's prompt."""
+
+    def model(request: RecordedRequest) -> Reply:
+        if request.last_user_text == "Anything else?":
+            return text("No.")
+        if not request.tool_results:
+            return tool_use("record", {"text": "A"})
+        answer.wait(20)
+        return text("Recorded.")
+
+    return model
+
+
 async def killed_after_a_tool_result(client: subprocess.Popen[bytes], path: Path):
     """SIGKILL ``client`` once its store at ``path`` holds a tool result; the store, which
     already holds every message that landed before the death."""
@@ -490,16 +505,7 @@ async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up
     remote_runtime, fake_anthropic, workers, app_env, tmp_path, lattice_server
 ):
     answer = threading.Event()
-
-    def model(request: RecordedRequest) -> Reply:
-        if request.last_user_text == "Anything else?":
-            return text("No.")
-        if not request.tool_results:
-            return tool_use("record", {"text": "A"})
-        answer.wait(20)  # the final answer waits until the client is dead
-        return text("Recorded.")
-
-    fake_anthropic.set_handler(model)
+    fake_anthropic.set_handler(answered_once_dead(answer))
     await workers()
     path = tmp_path / "client.jsonl"
     session = f"s{uuid.uuid4().hex[:10]}"
@@ -525,17 +531,7 @@ async def test_a_killed_inline_client_s_run_is_adopted_and_its_store_caught_up(
     """The client served its own query (no worker) and died: a later process over the same
     session and store adopts the orphaned run, and the store gets its last messages."""
     answer = threading.Event()
-
-    def model(request: RecordedRequest) -> Reply:
-        if request.last_user_text == "Anything else?":
-            return text("No.")
-        if not request.tool_results:
-            return tool_use("record", {"text": "A"})
-        if not answer.is_set():
-            return hang(30)  # the dead client's request: never answered
-        return text("Recorded.")
-
-    fake_anthropic.set_handler(model)
+    fake_anthropic.set_handler(answered_once_dead(answer))
     path = tmp_path / "inline.jsonl"
     session = f"s{uuid.uuid4().hex[:10]}"
     store = await killed_after_a_tool_result(
