@@ -158,11 +158,12 @@ class _Reader:
         elif kind == "redirected_statement":
             body = node.child_by_field_name("body")
             redirects = node.children_by_field_name("redirect")
-            self.redirects(redirects, state, depth)
+            if body is None or body.type == "command":
+                self.redirects(redirects, state, depth)
             if body is not None:
                 self.statement(body, state, depth)
-                if body.type != "command":  # a list's redirect belongs to its last command
-                    self.redirects(redirects, state, depth)
+                if body.type != "command":  # tree-sitter hangs `a && b > f`'s redirect on
+                    self.redirects(redirects, state, depth)  # the list: it is b's, after a
         elif kind in ("subshell", "pipeline"):
             for child in node.named_children:  # each part runs in a subshell of its own
                 self.statement(child, state.copy(), depth)
