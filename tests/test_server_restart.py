@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RetryConfig, RPCError
 
 from agent_lattice.client import DevServer
+from agent_lattice.client._runtime import _temporal_runtime
 from agent_lattice.testing import (
     FakeAnthropicServer,
     RecordedRequest,
@@ -242,3 +244,22 @@ async def test_run_restarts_the_embedded_server_it_lost(
     assert f"restarted the embedded Temporal server at {server.address}" in run.err, run
     back = DevServer.running(home)
     assert back is not None and back.address == server.address and back.pid != server.pid
+
+
+async def test_core_retries_of_a_lost_server_print_nothing(home: Path, capfd) -> None:
+    # A worker's polls are retried without end; after 15 tries Temporal Core prints an error
+    # line per try (on stdout, which `lattice run --json` keeps for messages). Polls cannot be
+    # configured, so a client call with the same unlimited retries stands in for them.
+    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
+    client = await Client.connect(
+        server.address,
+        runtime=_temporal_runtime(),
+        retry_config=RetryConfig(
+            max_interval_millis=100, max_elapsed_time_millis=3000, max_retries=0
+        ),
+    )
+    kill(server)
+    with pytest.raises(RPCError):
+        await client.get_workflow_handle("gone").describe()
+    printed = capfd.readouterr()
+    assert "retried" not in printed.out + printed.err

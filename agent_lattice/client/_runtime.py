@@ -93,15 +93,16 @@ def _temporal_runtime() -> TemporalRuntime:
     Core's warnings at this level are expected here (an interrupt closes its run before the
     aborted request completes: "activity not found on completion"). Core's logs are not
     forwarded to Python logging: forwarding calls into Python from Core's threads, which can
-    abort the interpreter while it finalizes at the end of a script.
+    abort the interpreter while it finalizes at the end of a script. Nor are its retries of
+    an unreachable server: a worker's polls retried for long print an error line (on stdout)
+    every 10 s, where the runtime's ServerWatch says it once on stderr.
     """
     global _TEMPORAL_RUNTIME
     if _TEMPORAL_RUNTIME is None:
+        errors = TelemetryFilter(core_level="ERROR", other_level="ERROR").formatted()
         _TEMPORAL_RUNTIME = TemporalRuntime(
             telemetry=TelemetryConfig(
-                logging=LoggingConfig(
-                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")
-                )
+                logging=LoggingConfig(filter=f"{errors},temporalio_client::retry=off")
             )
         )
     return _TEMPORAL_RUNTIME
