@@ -50,7 +50,7 @@ from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
-from ._orphans import orphan_hint, run_state, team_may_start, until_served
+from ._orphans import RunState, orphan_hint, run_state, team_may_start, until_served
 from ._orphans import queue_served as has_live_worker
 from ._reconnect import ServerWatch, unreachable
 from ._runtime import Runtime
@@ -691,7 +691,7 @@ async def _interrupt(workflow_id: str, force: bool) -> int:
         await runtime.close()
 
 
-async def _state_or_none(runtime: Runtime, workflow_id: str) -> Any:
+async def _state_or_none(runtime: Runtime, workflow_id: str) -> RunState | None:
     """The run's state; None (with the error said) when there is no run with that id."""
     try:
         return await run_state(runtime.client, workflow_id)
