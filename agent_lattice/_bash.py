@@ -98,6 +98,10 @@ class _Reader:
         if word is None:
             self.unsure(f"it writes to {what} that is only known when the command runs")
             return
+        if "\0" in word:  # several words where bash wants one (> {a,b}): each is checked
+            for part in word.split("\0"):
+                self.write(part, state, what)
+            return
         for cwd in state.cwds:
             if os.path.isabs(word) or cwd == "":
                 path = word
@@ -407,14 +411,15 @@ def _tilde(text: str, state: _State) -> list[str] | None:
 
 
 def _braces(texts: list[str]) -> list[str] | None:
-    """Brace expansion (``{a,b}``, ``{1..9}``); None past the bound."""
+    """Brace expansion (``{a,b}``, ``{1..9}``): several words, so NUL-joined fields (``cp
+    a{,.bak}`` is ``cp a a.bak``); None past the bound."""
     out: list[str] = []
     for text in texts:
         if "{" not in text:
             out.append(text)
             continue
         try:
-            out += bracex.expand(text, limit=_MAX_ALTERNATIVES)
+            out.append("\0".join(bracex.expand(text, limit=_MAX_ALTERNATIVES)))
         except bracex.ExpansionLimitException:
             return None  # too many names to check one by one
     return out

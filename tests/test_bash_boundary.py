@@ -88,6 +88,7 @@ ESCAPES = [
     "echo x > ~/f",
     "install -d {out}/made",
     "mv f {out}/",
+    "mv {{f,{out}/moved}}",  # brace expansion makes two words: mv f <outside>/moved
     'cd "$(dirname {out}/x)" && touch w',
 ]
 
@@ -123,7 +124,7 @@ LEGITIMATE = [
     ("pushd src >/dev/null && touch p && popd >/dev/null && touch q", "src/p"),
     ("D=build; mkdir -p $D && cp -r src/. $D/ && ln -s a.txt $D/link", "build/link"),
     ("echo warn >&2; tmp=$TMPDIR; echo done > done.txt", "done.txt"),
-    ("touch f{1..3} {a,b}.txt && rm f1", "f3"),
+    ("touch f{1..3} {a,b}.txt && rm f1 && cp f{,.bak}", "f.bak"),
 ]
 
 
