@@ -244,8 +244,8 @@ class _Reader:
 
     def command(self, node: Node, state: _State, depth: int) -> None:
         for child in node.named_children:
-            if child.type == "variable_assignment":  # FOO=1 cmd: read for substitutions only
-                self.word(child, state, depth, split=False)
+            if child.type == "variable_assignment":  # HOME=/x cd: for this command only,
+                self.assign(child, state, depth)  # but a possible value all the same
             elif child.type in _FILE_REDIRECTS:
                 self.redirects([child], state, depth)
         name = node.child_by_field_name("name")

@@ -67,6 +67,7 @@ ESCAPES = [
     "cd {out}; echo x > f",
     "pushd {out} && touch f",
     "cd && touch f",
+    "HOME={out} cd && touch f",
     "D={out}; touch $D/f",
     "ln -s {out} l && echo x > l/f",
     "ln {out}/victim h && echo x >> h",
