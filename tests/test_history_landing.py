@@ -349,6 +349,35 @@ async def test_a_store_cut_inside_a_compacted_query_takes_temporal_s_conversatio
     assert await create_jsonl_history_store(path=path).load() == history
 
 
+async def test_a_store_cut_inside_a_terminated_query_goes_back_to_before_it(
+    make_agent, fake_anthropic, tmp_path
+):
+    """The last query's workflow was terminated (``temporal workflow terminate``) after its
+    process died inside it: the next Agent continues from the conversation that went into
+    that query, and the store is brought to it (before: Temporal's copy read as empty, and
+    the store was emptied)."""
+    session = f"s{uuid.uuid4().hex[:10]}"
+    fake_anthropic.set_handler(Script(text("1"), hang(30), text("3")))
+    first = make_agent(session_id=session)
+    await first.prompt("one")
+    hung = asyncio.ensure_future(first.prompt("two"))
+    await assert_eventually(lambda: len(fake_anthropic.requests) == 2)
+    await make_agent.runtime.client.get_workflow_handle(f"agent-{session}-2").terminate()
+    assert (await hung).is_error
+    # what the dead process's store held: the first exchange and the terminated prompt
+    path = tmp_path / "terminated.jsonl"
+    await create_jsonl_history_store(path=path).replace(
+        [*await first.get_history(), ModelMessage(role="user", content="two")]
+    )
+
+    later = make_agent(session_id=session, history_store=create_jsonl_history_store(path=path))
+    result = await later.prompt("three")
+
+    assert result.result == "3"
+    assert [m["content"] for m in fake_anthropic.requests[-1].messages][::2] == ["one", "three"]
+    assert await create_jsonl_history_store(path=path).load() == await later.get_history()
+
+
 # -- crashes ---------------------------------------------------------------------------------
 
 

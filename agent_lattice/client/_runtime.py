@@ -454,7 +454,11 @@ class Runtime:
         )
         output = await self._output(workflow_id)
         if output is None:  # the last query failed: the conversation as it went into it
-            return list(run_input.history), low
+            if run_input.head is None:  # a run from before transcripts: history by value
+                return list(run_input.history), low
+            store = self.transcripts
+            went_in = await hydrate(await store.messages(run_input.head), store)
+            return went_in[:-1], low  # the head ends with that query's prompt
         messages, _, _ = await self.run_transcript(output, run_input)
         return messages, low
 
