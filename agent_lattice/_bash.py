@@ -184,6 +184,10 @@ class _Reader:
             name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
             if name is not None and body is not None:
                 self.functions[name.text.decode()] = body
+                # also read now: bash may call it by a computed name, or on its own
+                # (command_not_found_handle), where no call of it is seen
+                if depth < _MAX_DEPTH:
+                    self.statement(body, state.copy(), depth + 1)
         elif kind in ("for_statement", "while_statement", "c_style_for_statement"):
             self.loop(node, state, depth)
         elif kind in _FILE_REDIRECTS:
@@ -474,7 +478,7 @@ def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool =
     if operands and operands[0] == "-":
         targets = state.oldpwd
     elif operands:
-        targets = {operands[0]}
+        targets = {operands[0]} | _cdpath(operands[0], state)
     else:
         targets = state.variables.get("HOME") or {None}
     new: set[str | None] = set()
@@ -488,6 +492,19 @@ def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool =
         state.stack.append(set(state.cwds))
     state.oldpwd = set(state.cwds)
     _widen(state, new)  # a cd may fail and leave the shell where it was
+
+
+def _cdpath(target: str | None, state: _State) -> set[str | None]:
+    """Where ``cd target`` may go through a CDPATH the command sets (the worker's own is
+    not passed on)."""
+    if target is None or target.startswith(("/", "./", "../")) or target in (".", ".."):
+        return set()
+    found: set[str | None] = set()
+    for value in state.variables.get("CDPATH", set()):
+        if value is None:
+            return {None}
+        found |= {os.path.join(d or ".", target) for d in value.split(":")}
+    return found
 
 
 def _widen(state: _State, cwds: set[str | None]) -> None:
@@ -548,6 +565,22 @@ def _read_vars(reader: _Reader, args: Words, state: _State, depth: int) -> None:
             state.variables[name] = {None}
 
 
+def _trap(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    """``trap 'cmd' EXIT``: the string runs later, in this shell."""
+    _, operands = options_and_operands(args, "")
+    if len(operands) >= 2 and operands[0] != "-":
+        _eval(reader, operands[:1], state, depth)
+
+
+def _alias(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+    """An alias may run where its name is used (with ``shopt -s expand_aliases``)."""
+    for arg in args:
+        if arg is None:
+            reader.unsure("it defines an alias only known when it runs")
+        elif "=" in arg and not arg.startswith("-"):
+            _eval(reader, [arg.split("=", 1)[1]], state.copy(), depth)
+
+
 def _printf(reader: _Reader, args: Words, state: _State, depth: int) -> None:
     if len(args) > 1 and args[0] == "-v" and args[1] is not None:
         state.variables[args[1]] = {None}
@@ -565,4 +598,6 @@ _SPECIAL: dict[str, Callable[[_Reader, Words, _State, int], None]] = {
     "readarray": _read_vars,
     "getopts": _read_vars,
     "printf": _printf,
+    "trap": _trap,
+    "alias": _alias,
 }

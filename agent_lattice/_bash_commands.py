@@ -437,8 +437,51 @@ def _shell(fx: Effects, args: Words) -> None:
     scripts = [v for n, v in options if n == "c"]
     if scripts:
         fx.script(scripts[-1])
-    elif operands and operands[0] is not None:
+    elif operands and operands[0] is not None and not _has(options, "s"):
         fx.unsure(f"it runs the script {operands[0]}, which the reader does not follow")
+    elif not _has(options, "version", "help"):
+        fx.unsure("it runs a shell script read from standard input")
+
+
+def _flock(fx: Effects, args: Words) -> None:
+    """``flock FILE cmd...`` / ``flock FILE -c STR``: a lock file, and a command."""
+    options, operands = options_and_operands(
+        args, "wEc", ("timeout", "conflict-exit-code", "command"), first_operand_stops=True
+    )
+    if not operands:
+        return
+    fx.write(operands[0], "a lock file")
+    commands = _values(options, "c", "command")
+    if commands:
+        fx.script(commands[-1])
+    elif len(operands) > 1 and operands[1] is not None and operands[1].startswith("-c"):
+        fx.script(operands[2] if len(operands) > 2 else None)
+    elif len(operands) > 1:
+        fx.run(operands[1:])
+
+
+def _script(fx: Effects, args: Words) -> None:
+    """``script [-c CMD] [FILE]``: the typescript file, and the command."""
+    options, operands = options_and_operands(
+        args, "cEIOBT", ("command", "log-in", "log-out", "log-io", "log-timing")
+    )
+    commands = _values(options, "c", "command")
+    if commands:
+        fx.script(commands[-1])
+    for word in [
+        *_values(options, "I", "O", "B", "T", "log-in", "log-out", "log-io", "log-timing"),
+        *(operands[:1] or ["typescript"]),
+    ]:
+        fx.write(word)
+
+
+def _su(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(
+        args, "cgGs", ("command", "group", "shell", "session-command")
+    )
+    commands = _values(options, "c", "command", "session-command")
+    if commands:
+        fx.script(commands[-1])
 
 
 def _named_output(short: str, long: str) -> Callable[[Effects, Words], None]:
@@ -518,6 +561,9 @@ COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
     "find": _find,
     "xargs": _xargs,
     "sh": _shell,
+    "flock": _flock,
+    "script": _script,
+    "su": _su,
     "bash": _shell,
     "dash": _shell,
     "zsh": _shell,

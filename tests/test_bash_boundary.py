@@ -91,6 +91,11 @@ ESCAPES = [
     "mv f {out}/",
     "mv {{f,{out}/moved}}",  # brace expansion makes two words: mv f <outside>/moved
     'cd "$(dirname {out}/x)" && touch w',
+    "trap 'touch {out}/t' EXIT",
+    "command_not_found_handle() {{ touch {out}/c; }}; no-such-command",
+    "CDPATH={tmp}; cd outside && touch p",
+    "echo touch {out}/piped | bash",
+    "flock lock -c 'touch {out}/locked'",
 ]
 
 
@@ -98,7 +103,7 @@ ESCAPES = [
 async def test_every_escape_is_refused(box, tmp_path, command):
     _, outside, tools, mode = box
     before = snapshot(tmp_path)
-    result = await bash(tools, command.format(out=outside))
+    result = await bash(tools, command.format(out=outside, tmp=tmp_path))
     assert result.is_error, result.content
     if mode == "required" and not result.content.startswith("{"):
         # what the parser cannot follow (xargs, a computed cd) runs, and the kernel refuses
