@@ -39,13 +39,17 @@ OUTAGE_S = 12.0
 
 
 class Lattice:
-    """A ``lattice`` command in a fresh interpreter; its output goes to files."""
+    """A ``lattice`` command (or a ``script``) in a fresh interpreter; its output goes to
+    files."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], logs: Path, *, script: bool = False
+    ) -> None:
         self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
+        command = ["-c", *argv] if script else ["-m", "agent_lattice.client._cli", *argv]
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent_lattice.client._cli", *argv],
+                [sys.executable, *command],
                 env={**env, "PYTHONUNBUFFERED": "1"},
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
@@ -76,7 +80,7 @@ class Lattice:
 def model(request: RecordedRequest) -> Reply:
     if request.tool_results:
         return text(f"done: {request.tool_results[0]['content']}")
-    return tool_use("slow_note", {"text": "x"})
+    return tool_use("slow_note", {"text": (request.last_user_text or "").split()[-1]})
 
 
 @pytest.fixture
@@ -184,25 +188,40 @@ async def test_killed_server_comes_back_on_its_ports(home: Path, capfd) -> None:
 
 
 async def worker_and_run(
-    home: Path, env: dict[str, str], procs: list[Lattice]
+    home: Path, env: dict[str, str], procs: list[Lattice], *, script: bool = False
 ) -> tuple[DevServer, Lattice, Lattice]:
     """A server of the test's own, a `lattice worker` and a `lattice run --no-worker` on it
-    (given its address: they do not restart it), once the run's tool started."""
+    (given its address: they do not restart it), once the run's tool started; with
+    ``script``, a script's prompt() (its own tool call started) too."""
     server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
     env = {**env, "TEMPORAL_ADDRESS": server.address}
     logs = home.parent
     procs.append(worker := Lattice("worker", ["worker", "tests/outage_app.py"], env, logs))
     await assert_eventually(lambda: "ready" in worker.out, within=30)
     procs.append(run := Lattice("run", ["run", TARGET, "note x", "--no-worker"], env, logs))
+    if script:
+        script_env = {**env, "PYTHONPATH": str(ROOT / "tests")}
+        procs.append(Lattice("script", [PROMPT_SCRIPT], script_env, logs, script=True))
     await assert_eventually(lambda: "start:x" in effects(env), within=30)
+    if script:
+        await assert_eventually(lambda: "start:y" in effects(env), within=30)
     return server, worker, run
+
+
+# A script whose prompt() waits for its result (its agent served by the script itself)
+PROMPT_SCRIPT = (
+    "import asyncio, outage_app\n"
+    "print('result:', asyncio.run(outage_app.agent.prompt('note y')).result)"
+)
 
 
 async def test_worker_and_run_ride_out_a_server_restart(
     home: Path, env: dict[str, str], procs: list[Lattice]
 ) -> None:
-    # the tool ends soon after the server is gone: its result must not be lost
-    server, worker, run = await worker_and_run(home, {**env, "LATTICE_TEST_TOOL_S": "1"}, procs)
+    # the tools end soon after the server is gone: their results must not be lost
+    tool_env = {**env, "LATTICE_TEST_TOOL_S": "2"}
+    server, worker, run = await worker_and_run(home, tool_env, procs, script=True)
+    script = procs[-1]
     kill(server)
     await asyncio.sleep(OUTAGE_S)
     back, started = await asyncio.to_thread(DevServer.ensure, home, ui=False)
@@ -210,9 +229,11 @@ async def test_worker_and_run_ride_out_a_server_restart(
 
     assert await asyncio.to_thread(run.finish, 60) == 0, run
     assert "← noted x" in run.out and "done: noted x" in run.out, run
-    assert effects(env) == ["start:x", "done:x"]  # it ran once
+    assert await asyncio.to_thread(script.finish, 60) == 0, script
+    assert script.out == "result: done: noted y\n", script
+    assert sorted(effects(env)) == ["done:x", "done:y", "start:x", "start:y"]  # each ran once
     unreachable = f"agent-lattice: Temporal server at {server.address} unreachable, retrying…"
-    for process in (run, worker):
+    for process in (run, worker, script):
         assert process.err.count(unreachable) == 1, process
         assert f"agent-lattice: reconnected to {server.address}" in process.err, process
     worker.proc.send_signal(signal.SIGTERM)
