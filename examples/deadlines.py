@@ -23,7 +23,8 @@ async def scan_repository(_input: NoInput) -> ToolResult:
 
 
 def fake(request: RecordedRequest) -> Reply:
-    if "Audit" in (request.last_user_text or ""):
+    # the interrupted audit's prompt and the next one reach the model as one user message
+    if (request.last_user_text or "").endswith("Audit this repository."):
         return hang(5)  # accept the request and never answer within the deadline
     if request.tool_results:
         return text(f"Scan finished: {request.tool_results[0]['content']}.")
