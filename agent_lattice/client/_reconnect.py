@@ -1,11 +1,10 @@
 """Riding out an outage of the Temporal server: how long to retry, and saying so.
 
-Temporal Core already retries a worker's task polls forever; every other call (an activity's
-or workflow task's completion, a heartbeat, a client's describe, update or history poll)
-gives up after 10 s by default, and gives up silently: a tool's completion lost that way makes
-Temporal run the tool again, a client's lost call ends ``lattice run`` without a word. A
-runtime therefore connects with a retry budget as long as its reconnect limit, and watches
-its server to say on stderr when it is unreachable and when it is back.
+Temporal Core retries a worker's task polls forever and every other call for 10 s, then
+gives up silently: a client's lost call ended ``lattice run`` without a word. A runtime
+connects with a retry budget as long as its reconnect limit (a worker's own reports are not
+covered: Core resets their retries to the default, see ``worker._server_wait``) and watches
+its server, to say on stderr when it is unreachable and when it is back.
 """
 
 from __future__ import annotations
