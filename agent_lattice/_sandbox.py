@@ -164,7 +164,18 @@ def sandbox_problem(network: bool = True) -> str | None:
     return None
 
 
-_BASE_ARGS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid")
+_BASE_ARGS = (
+    *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid"),
+    # bwrap leaves a root caller every capability, and CAP_SYS_ADMIN undoes the read-only
+    # mounts (mount -o remount,rw /). A root worker (a container, CI) keeps only what
+    # ordinary work in the workspace needs: tar restoring owners, chmod/chown of its files.
+    *("--cap-drop", "ALL"),
+    *(
+        ()
+        if os.geteuid() != 0
+        else ("--cap-add", "CAP_CHOWN", "--cap-add", "CAP_FOWNER", "--cap-add", "CAP_DAC_OVERRIDE")
+    ),
+)
 
 
 @functools.cache

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import shutil
 import subprocess
+import tarfile
 import time
 import zipfile
 from pathlib import Path
@@ -178,6 +180,31 @@ async def test_the_kernel_stops_what_the_parser_cannot_see(tmp_path, monkeypatch
         ["pgrep", "-f", "sleep 30[01]"], capture_output=True, text=True
     )
     assert ps.stdout == ""  # killing the sandbox killed all it started
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a worker running as root has capabilities")
+async def test_a_root_worker_cannot_remount_its_way_out(tmp_path):
+    """A worker running as root (a container, CI) kept every capability inside bwrap, so
+    ``mount -o remount,rw /`` made the whole filesystem writable again."""
+    root, outside = tmp_path / "ws", Path("/var/tmp") / f"lattice-remount-{os.getpid()}"
+    root.mkdir()
+    outside.mkdir(exist_ok=True)
+    try:
+        tools = {t.name: t for t in create_agent_workspace_tools(root, sandbox="required")}
+        sneaky = f"mount -o remount,rw / ; python3 -c \"open('{outside}/x', 'w')\""
+        result = await bash(tools, sneaky)
+        assert "Read-only file system" in result.content, result.content
+        assert list(outside.iterdir()) == []
+        # what root may still do inside the workspace: unpack an archive made elsewhere
+        with tarfile.open(root / "a.tar", "w") as archive:
+            member = tarfile.TarInfo("a")
+            member.uid = member.gid = 1000
+            archive.addfile(member, io.BytesIO(b""))
+        unpacked = await bash(tools, "mkdir x && tar -xf a.tar -C x && chown 0 x/a")
+        assert not unpacked.is_error, unpacked.content
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
