@@ -18,7 +18,15 @@ from agent_lattice import (
     define_agent,
     tool,
 )
-from agent_lattice.testing import FAST_SETTINGS, Script, message, rate_limited, text
+from agent_lattice.testing import (
+    FAST_SETTINGS,
+    Script,
+    message,
+    rate_limited,
+    text,
+    text_block,
+    tool_use_block,
+)
 
 from conftest import API_KEY, make_calculator
 
@@ -95,13 +103,43 @@ async def test_a_model_request_is_given_up_after_model_give_up_s(
     assert len(fake_anthropic.requests) <= 3
 
 
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
-@pytest.mark.parametrize(("raw", "shown"), [([1, 2], "an array [1, 2]"), (7, "a number 7")])
+class _Broken(str):
+    """Tool input JSON text that does not parse, streamed as the model sent it."""
+
+
+_BAD_INPUTS = [
+    *(
+        pytest.param(stream, raw, shown, id=f"{kind}-{'stream' if stream else 'no-stream'}")
+        for stream in (True, False)
+        for kind, raw, shown in [
+            ("array", [1, 2], "an array [1, 2]"),
+            ("number", 7, "a number 7"),
+            ("string", "abc", 'a string "abc"'),  # streamed, the SDK could not parse it
+        ]
+    ),
+    # only a stream can carry JSON that does not parse (the SDK gave up the whole message,
+    # or, for a cut object, ran the tool with {})
+    *(
+        pytest.param(True, _Broken(text), shown, id=f"broken-{i}-stream")
+        for i, (text, shown) in enumerate(
+            [
+                ('{"expr": ', "invalid JSON '{\"expr\": ' (Expecting value at character 9)"),
+                ("not json", "invalid JSON 'not json' (Expecting value at character 0)"),
+            ]
+        )
+    ),
+]
+
+
+@pytest.mark.parametrize(("stream", "raw", "shown"), _BAD_INPUTS)
 async def test_tool_input_that_is_not_an_object_is_answered_with_an_error_at_once(
     make_agent, fake_anthropic, stream, raw, shown
 ):
     calls: list[str] = []
-    bad = {"type": "tool_use", "id": "toolu_bad", "name": "calculator", "input": raw}
+    if isinstance(raw, _Broken):
+        bad = tool_use_block("calculator", {}, id="toolu_bad", partial_json=raw)
+    else:
+        bad = {"type": "tool_use", "id": "toolu_bad", "name": "calculator", "input": raw}
     fake_anthropic.set_handler(
         Script(message([bad], stop_reason="tool_use"), text("I will send an object next time."))
     )
@@ -119,3 +157,29 @@ async def test_tool_input_that_is_not_an_object_is_answered_with_an_error_at_onc
     # the call goes back to the provider in a form it accepts
     call = fake_anthropic.requests[1].messages[1]["content"][0]
     assert call == {"type": "tool_use", "id": "toolu_bad", "name": "calculator", "input": {}}
+
+
+async def test_a_streamed_message_keeps_its_other_blocks_after_a_tool_input_that_does_not_parse(
+    make_agent, fake_anthropic
+):
+    calls: list[str] = []
+    turn = message(
+        [
+            text_block("Two sums."),
+            tool_use_block("calculator", {}, id="toolu_bad", partial_json='"2+'),
+            tool_use_block("calculator", {"expr": "2+3"}, id="toolu_good"),
+        ],
+        stop_reason="tool_use",
+    )
+    fake_anthropic.set_handler(Script(turn, text("5, and one I sent wrong.")))
+    agent = make_agent(tools=[make_calculator(calls)])
+    result = await asyncio.wait_for(agent.prompt("Add 2+2 and 2+3.", stream=True), 30)
+
+    assert result.result == "5, and one I sent wrong."
+    assert len(fake_anthropic.requests) == 2
+    assert calls == ["2+3"]  # the call after the broken one ran
+    bad, good = fake_anthropic.requests[1].tool_results
+    assert bad["is_error"] is True
+    assert "got invalid JSON '\"2+'" in bad["content"]
+    assert good["tool_use_id"] == "toolu_good" and good["content"] == "5"
+    assert fake_anthropic.requests[1].messages[1]["content"][0] == text_block("Two sums.")

@@ -177,6 +177,23 @@ async def test_create_stream_true_raw_events(
     assert server.requests[0].stream is True
 
 
+async def test_tool_use_block_partial_json_is_streamed_as_given(
+    server: FakeAnthropicServer, client: anthropic.AsyncAnthropic
+) -> None:
+    block = tool_use_block("calculator", {"expr": "1+1"}, id="toolu_1", partial_json='{"expr": ')
+    server.set_handler(lambda r: message([block], stop_reason="tool_use"))
+    stream = await create(client, stream=True)
+    deltas = [
+        e.delta.partial_json
+        async for e in stream
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    assert len(deltas) >= 2 and "".join(deltas) == '{"expr": '
+    plain = await create(client)  # a JSON response carries input, and no partial_json key
+    assert plain.content[0].input == {"expr": "1+1"}
+    assert not hasattr(plain.content[0], "partial_json")
+
+
 def test_sync_client_stream(server: FakeAnthropicServer) -> None:
     server.set_handler(lambda r: text("synchronous hello"))
     with anthropic.Anthropic(api_key="test-key", base_url=server.base_url, max_retries=0) as c:

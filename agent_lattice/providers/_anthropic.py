@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -105,26 +106,14 @@ class AnthropicModelClient:
         params = self.params(request)
         try:
             if request.stream:
-                async with self._sdk().messages.stream(**params) as stream:
-                    async for event in stream:
-                        if on_event is not None and event.type in _RAW_EVENTS:
-                            await on_event(_raw_event(event))
-                    final = await stream.get_final_message()
+                stream = await self._sdk().messages.create(**params, stream=True)
+                async with stream:
+                    final = await _read_stream(stream, on_event)
             else:
-                final = await self._sdk().messages.create(**params)
+                reply = await self._sdk().messages.create(**params)
+                final = reply.model_dump(mode="json", exclude_none=True, warnings=False)
         except anthropic.APIStatusError as err:
             raise _classify_status(err) from None
-        except ValueError as err:
-            # The SDK's stream cannot parse a tool input the model streamed (not JSON, or a
-            # bare string): final, so the query ends with the reason instead of re-billing
-            # the same request attempt after attempt.
-            if "tool parameter JSON" not in str(err):
-                raise
-            raise ProviderError(
-                f"the model streamed tool input that is not a JSON object: {err}",
-                retryable=False,
-                error_type="invalid_tool_input",
-            ) from None
         except anthropic.APITimeoutError as err:
             raise ProviderError(
                 f"model request timed out: {err}", retryable=True, error_type="timeout"
@@ -139,42 +128,102 @@ class AnthropicModelClient:
         return _to_message(final)
 
 
-def _raw_event(event: Any) -> dict[str, Any]:
-    data = event.model_dump(mode="json", exclude_none=True)
-    # The SDK's accumulating stream adds a snapshot to content_block_stop; the wire has none.
-    if data.get("type") == "content_block_stop":
-        data.pop("content_block", None)
-    return data
+async def _read_stream(stream: Any, on_event: EventSink | None) -> dict[str, Any]:
+    """The message a stream of raw events carries, as a wire-format dict.
+
+    Built here rather than by the SDK's accumulating stream, which gives up the whole message
+    when one tool input does not parse (a bare string cut into chunks, text that is no JSON),
+    losing a billed turn, and runs a cut object (``{"a": ``) as ``{}``. Here each tool input
+    is parsed once, whole, and one that does not parse is marked, to be answered with an error.
+    """
+    message: dict[str, Any] = {}
+    json_bufs: dict[int, str] = {}
+    async for event in stream:
+        data: dict[str, Any] = event.model_dump(mode="json", exclude_none=True)
+        kind = data.get("type")
+        if on_event is not None and kind in _RAW_EVENTS:
+            await on_event(data)
+        # copies: the side channel keeps the event dicts it was given
+        if kind == "message_start":
+            message = copy.deepcopy(data["message"])
+            message.setdefault("content", [])
+        elif kind == "content_block_start":
+            message["content"].append(copy.deepcopy(data["content_block"]))
+        elif kind == "content_block_delta":
+            index, delta = data["index"], data["delta"]
+            block, dtype = message["content"][index], delta.get("type")
+            if dtype == "text_delta":
+                block["text"] = block.get("text", "") + delta["text"]
+            elif dtype == "input_json_delta":
+                json_bufs[index] = json_bufs.get(index, "") + delta.get("partial_json", "")
+            elif dtype == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            elif dtype == "signature_delta":
+                block["signature"] = delta["signature"]
+            elif dtype == "citations_delta":
+                block.setdefault("citations", []).append(copy.deepcopy(delta["citation"]))
+        elif kind == "content_block_stop" and data["index"] in json_bufs:
+            _set_input(message["content"][data["index"]], json_bufs.pop(data["index"]))
+        elif kind == "message_delta":
+            message.update(copy.deepcopy(data.get("delta", {})))
+            # usage counts here are cumulative totals; absent ones keep message_start's
+            message["usage"] = {**message.get("usage", {}), **data.get("usage", {})}
+    if not message:
+        raise ProviderError(
+            "the model stream ended before its message started",
+            retryable=True,
+            error_type="incomplete_stream",
+        )
+    for index, text in json_bufs.items():  # a stream that ended inside a block
+        _set_input(message["content"][index], text)
+    return message
 
 
-def _to_message(final: Any) -> ModelMessage:
-    usage = final.usage.model_dump(mode="json", exclude_none=True) if final.usage else {}
+def _set_input(block: dict[str, Any], text: str) -> None:
+    if not text.strip():
+        return  # no input streamed: content_block_start's holds it whole
+    try:
+        block["input"] = json.loads(text)
+    except ValueError as err:
+        if block.get("type") != "tool_use":
+            return  # a server tool's input is only shown; keep what the start gave
+        why = f"{err.msg} at character {err.pos}" if isinstance(err, json.JSONDecodeError) else err
+        block["input"] = {}
+        block["input_error"] = (
+            f"the input must be a JSON object; got invalid JSON '{_shorten(text)}' ({why})"
+        )
+
+
+def _to_message(final: dict[str, Any]) -> ModelMessage:
     return ModelMessage.model_validate(
         {
             "role": "assistant",
-            "content": [_block(b) for b in final.content],
-            "provider_response_id": final.id,
-            "model": final.model,
-            "stop_reason": final.stop_reason,
-            "usage": Usage.model_validate(usage),
+            "content": [_block(b) for b in final.get("content") or []],
+            "provider_response_id": final.get("id"),
+            "model": final.get("model"),
+            "stop_reason": final.get("stop_reason"),
+            "usage": Usage.model_validate(final.get("usage") or {}),
         }
     )
 
 
-def _block(block: Any) -> dict[str, Any]:
-    # warnings off: the SDK's models warn when a field holds what its type does not allow
-    data: dict[str, Any] = block.model_dump(mode="json", exclude_none=True, warnings=False)
+def _block(block: dict[str, Any]) -> dict[str, Any]:
+    data = dict(block)
     raw = data.get("input")
-    if data.get("type") == "tool_use" and not isinstance(raw, dict):
+    if data.get("type") == "tool_use" and "input_error" not in data and not isinstance(raw, dict):
         # The model sent a tool input that is no JSON object: the call cannot run, and the
         # API refuses such a tool_use in the next request. Keep an empty input and say why,
         # so the call is answered with an error at once (not retried as a failed request).
         kind = _JSON_TYPES.get(type(raw), type(raw).__name__)
-        shown = json.dumps(raw, ensure_ascii=False)
-        shown = shown if len(shown) <= 200 else shown[:200] + "…"
         data["input"] = {}
-        data["input_error"] = f"the input must be a JSON object; got {kind} {shown}"
+        data["input_error"] = (
+            f"the input must be a JSON object; got {kind} {_shorten(json.dumps(raw, ensure_ascii=False))}"
+        )
     return data
+
+
+def _shorten(shown: str) -> str:
+    return shown if len(shown) <= 200 else shown[:200] + "…"
 
 
 _JSON_TYPES = {

@@ -203,10 +203,19 @@ def text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-def tool_use_block(name: str, input: Mapping[str, Any], id: str | None = None) -> dict[str, Any]:
+def tool_use_block(
+    name: str, input: Mapping[str, Any], id: str | None = None, *, partial_json: str | None = None
+) -> dict[str, Any]:
     """A ``tool_use`` content block. Without ``id``, one is assigned when rendered
-    (``toolu_fake_<request index>_<block index>``)."""
-    return {"type": "tool_use", "id": id, "name": name, "input": dict(input)}
+    (``toolu_fake_<request index>_<block index>``).
+
+    ``partial_json`` is the input's JSON text as a streamed response sends it (in
+    ``input_json_delta`` chunks) instead of ``input`` as JSON: to test a model that streams
+    broken JSON such as ``'{"a": '``. Non-streamed responses send ``input``."""
+    block = {"type": "tool_use", "id": id, "name": name, "input": dict(input)}
+    if partial_json is not None:
+        block["partial_json"] = partial_json
+    return block
 
 
 def thinking_block(thinking: str, signature: str = "sig") -> dict[str, Any]:
@@ -725,6 +734,8 @@ def _message_json(request: RecordedRequest, reply: Reply) -> dict[str, Any]:
     for i, block in enumerate(copy.deepcopy(list(reply.content))):
         if block.get("type") == "tool_use" and not block.get("id"):
             block["id"] = f"toolu_fake_{request.index}_{i}"
+        if not request.stream:
+            block.pop("partial_json", None)
         content.append(block)
     prompt = {k: request.body.get(k) for k in ("system", "tools", "messages")}
     usage = {
@@ -782,7 +793,7 @@ def _stream_events(msg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             first = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             deltas = [
                 {"type": "input_json_delta", "partial_json": c}
-                for c in _chunks(json.dumps(block.get("input", {})), 8)
+                for c in _chunks(block.get("partial_json", json.dumps(block.get("input", {}))), 8)
             ]
         elif kind == "thinking":
             first = {"type": "thinking", "thinking": "", "signature": ""}
