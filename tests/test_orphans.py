@@ -58,13 +58,13 @@ def model(request: RecordedRequest) -> Reply:
 
 
 @pytest.fixture
-def make_orphan(lattice_server, fake_anthropic, effects, lattice_runtime):
-    """Run a query of orphan_app's agent (``boss``: its delegating agent) in a script and
-    SIGKILL the script once ``ready()``; returns (workflow id, session id)."""
+def start_script(lattice_server, fake_anthropic, effects):
+    """Start a query of orphan_app's agent (``boss``: its delegating agent) in a script;
+    returns (the script's process, workflow id, session id)."""
 
-    async def orphan(
-        handler: Handler, ready: Callable[[], bool], kind: str = "agent"
-    ) -> tuple[str, str]:
+    async def start(
+        handler: Handler, kind: str = "agent"
+    ) -> tuple[asyncio.subprocess.Process, str, str]:
         fake_anthropic.set_handler(handler)
         session = uuid.uuid4().hex[:12]
         script = await asyncio.create_subprocess_exec(
@@ -73,12 +73,26 @@ def make_orphan(lattice_server, fake_anthropic, effects, lattice_runtime):
             env={**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{ROOT}"},
             stdout=asyncio.subprocess.DEVNULL,
         )
+        return script, f"{'orphanboss' if kind == 'boss' else 'orphan'}-{session}-1", session
+
+    return start
+
+
+@pytest.fixture
+def make_orphan(start_script, lattice_runtime):
+    """Run a query in a script (see ``start_script``) and SIGKILL the script once
+    ``ready()``; returns (workflow id, session id)."""
+
+    async def orphan(
+        handler: Handler, ready: Callable[[], bool], kind: str = "agent"
+    ) -> tuple[str, str]:
+        script, workflow_id, session = await start_script(handler, kind)
         try:
             await assert_eventually(ready, within=30)
         finally:
             script.send_signal(signal.SIGKILL)
             await script.wait()
-        return f"{'orphanboss' if kind == 'boss' else 'orphan'}-{session}-1", session
+        return workflow_id, session
 
     return orphan
 
@@ -257,3 +271,34 @@ async def test_attach_says_orphaned_and_interrupt_force_ends_it_keeping_its_turn
     assert history[2].content[0].content == "recorded A"  # the completed turn is kept
     assert history[-1].text == "hello again"
     assert effects.read_text().splitlines() == ["record:A"]
+
+
+async def test_a_live_script_s_run_is_never_taken_for_an_orphan(
+    start_script, fake_anthropic, lattice_runtime, lattice_server, tmp_path
+):
+    """While the script that runs a query lives (here: its model request hangs), another
+    process over the same session waits its turn, `lattice runs` shows it running and
+    `lattice interrupt --force` only interrupts it: the script ends its own query."""
+    script, workflow_id, session = await start_script(model)
+    try:
+        await assert_eventually(lambda: len(fake_anthropic.requests) == 2, within=30)
+        agent = build_agent(fake_anthropic.base_url, session)
+        with pytest.raises(ConcurrentQueryError, match="served by a live worker"):
+            await agent.prompt("next")
+
+        env = cli_env(lattice_server, fake_anthropic, tmp_path)
+        runs = Cli.run("runs", env=env)
+        assert await asyncio.to_thread(runs.finish) == 0, runs
+        line = next(line for line in runs.stdout if workflow_id in line)
+        assert "running" in line and "orphaned" not in line, line
+
+        forced = Cli.run("interrupt", "--force", workflow_id, env=env)
+        assert await asyncio.to_thread(forced.finish) == 0, forced
+        assert forced.out == f"interrupt sent to {workflow_id} (it was running)"
+        assert await asyncio.wait_for(script.wait(), 30) == 0  # its prompt() returned
+        result = await lattice_runtime.outcome(workflow_id)
+        assert result.subtype == "interrupted", result
+    finally:
+        if script.returncode is None:
+            script.send_signal(signal.SIGKILL)
+            await script.wait()
