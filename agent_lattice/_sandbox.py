@@ -165,7 +165,10 @@ def sandbox_problem(network: bool = True) -> str | None:
 
 
 _BASE_ARGS = (
-    *("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid"),
+    *("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid"),
+    # read-only: uid 0 needs no capability to write /proc/sys (kernel.core_pattern runs a
+    # program as the host's root) or /proc/sysrq-trigger, and bwrap does not always cover them
+    *("--proc", "/proc", "--remount-ro", "/proc"),
     # bwrap leaves a root caller every capability, and CAP_SYS_ADMIN undoes the read-only
     # mounts (mount -o remount,rw /). A root worker (a container, CI) keeps only what
     # ordinary work in the workspace needs: tar restoring owners, chmod/chown of its files.

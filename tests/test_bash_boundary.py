@@ -196,6 +196,12 @@ async def test_a_root_worker_cannot_remount_its_way_out(tmp_path):
         result = await bash(tools, sneaky)
         assert "Read-only file system" in result.content, result.content
         assert list(outside.iterdir()) == []
+        # uid 0 needs no capability to write a sysctl (core_pattern runs a program as the
+        # host's root): the same value written back, so the test changes nothing if it fails
+        knob = "/proc/sys/vm/swappiness"
+        same = f"python3 -c \"p = '{knob}'; v = open(p).read(); open(p, 'w').write(v)\""
+        sysctl = await bash(tools, same)
+        assert sysctl.is_error and "Read-only file system" in sysctl.content, sysctl.content
         # what root may still do inside the workspace: unpack an archive made elsewhere
         with tarfile.open(root / "a.tar", "w") as archive:
             member = tarfile.TarInfo("a")
