@@ -54,3 +54,17 @@ async def test_unreachable_server_is_retried_for_the_reconnect_limit(capfd, monk
     monkeypatch.setenv("LATTICE_RECONNECT_S", "soon")
     with pytest.raises(ConfigurationError, match="LATTICE_RECONNECT_S='soon' is not a number"):
         await Runtime.connect("127.0.0.1:1")
+
+
+@pytest.mark.parametrize("tool_threads", [0, -2, 2.5, True, "8"])
+async def test_a_bad_tool_threads_is_refused_when_the_runtime_is_built(
+    lattice_server, lattice_runtime, tool_threads
+):
+    # it was accepted here and refused only at the first query, when the workers started
+    refused = f"tool_threads must be a positive integer; got {tool_threads!r}"
+    with pytest.raises(ConfigurationError) as caught:
+        Runtime(lattice_runtime.client, tool_threads=tool_threads)
+    assert str(caught.value) == refused
+    with pytest.raises(ConfigurationError) as caught:  # before connecting to anything
+        await Runtime.connect(lattice_server, tool_threads=tool_threads, quiet=True)
+    assert str(caught.value) == refused

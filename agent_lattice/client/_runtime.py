@@ -38,7 +38,7 @@ from .._messages import (
 )
 from .._streaming import StreamReceiver
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
-from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
 from ..worker._plugin import LatticePlugin, create_mailbox_worker
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
@@ -136,6 +136,7 @@ class Runtime:
         server: DevServer | None = None,
         tool_threads: int = DEFAULT_TOOL_THREADS,
     ) -> None:
+        ToolThreads(tool_threads)  # its check now: the workers that use it start at a query
         self.client = client
         self.tool_threads = tool_threads  # sync tool handlers the inline workers run at once
         self.inline_workers = inline_workers
@@ -174,6 +175,7 @@ class Runtime:
         its workers and its queries keep retrying a server they cannot reach before failing
         with :class:`ServerUnreachableError`; meanwhile stderr says it is retrying."""
         limit = reconnect_limit(reconnect_s)
+        ToolThreads(tool_threads)  # refused before a server is started or reached
         address = address or os.environ.get("TEMPORAL_ADDRESS")
         namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
         api_key = api_key or os.environ.get("TEMPORAL_API_KEY")
