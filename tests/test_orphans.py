@@ -302,3 +302,37 @@ async def test_a_live_script_s_run_is_never_taken_for_an_orphan(
         if script.returncode is None:
             script.send_signal(signal.SIGKILL)
             await script.wait()
+
+
+async def test_a_run_waiting_for_its_worker_is_not_called_orphaned(
+    remote_runtime, fake_anthropic, lattice_server, tmp_path
+):
+    """A run on a shared queue (``lattice worker``'s) while no worker runs, e.g. during a
+    deploy, has lost no process: `lattice runs` says it waits for a worker, not orphaned."""
+    fake_anthropic.set_handler(lambda _request: text("never asked"))
+    agent = create_agent(
+        name=f"waits{uuid.uuid4().hex[:8]}",
+        base_url=fake_anthropic.base_url,
+        api_key="test",
+        model="claude-test",
+    )
+    query = asyncio.ensure_future(agent.prompt("hi", runtime=remote_runtime))
+    workflow_id = f"{agent.name}-{agent.session_id}-1"
+    handle = remote_runtime.client.get_workflow_handle(workflow_id)
+
+    async def started() -> bool:
+        try:
+            await handle.describe()
+        except Exception:
+            return False
+        return True
+
+    try:
+        await assert_eventually(started, within=10)
+        runs = Cli.run("runs", env=cli_env(lattice_server, fake_anthropic, tmp_path))
+        assert await asyncio.to_thread(runs.finish) == 0, runs
+        line = next(line for line in runs.stdout if workflow_id in line)
+        assert "no worker" in line and "orphaned" not in line, line
+    finally:
+        await handle.terminate(reason="test over")
+        await asyncio.wait_for(query, 10)

@@ -50,7 +50,7 @@ from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app, resolve_agent
-from ._orphans import RunState, orphan_hint, run_state, team_may_start, until_served
+from ._orphans import RunState, orphan_hint, owner_of, run_state, team_may_start, until_served
 from ._orphans import queue_served as has_live_worker
 from ._reconnect import ServerWatch, unreachable
 from ._runtime import Runtime
@@ -887,7 +887,8 @@ async def _runs(limit: int) -> int:
     for execution, summary in zip(executions, summaries, strict=True):
         status = execution.status.name if execution.status else "?"
         if served.get(execution.task_queue) is False and status == "RUNNING":
-            status = "ORPHANED"
+            # a shared queue's run waits for `lattice worker` (restarting, say): not orphaned
+            status = "ORPHANED" if owner_of(execution.task_queue) else "NO WORKER"
         end = execution.close_time or datetime.now(UTC)
         table.add_row(
             execution.id,
