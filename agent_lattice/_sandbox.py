@@ -219,8 +219,11 @@ async def jail(
     if not settings.network:
         words.append("--unshare-net")
     words += ["--bind", _private_tmp(cwd), "/tmp"]
+    # a root is bound only as the directory it was resolved to: one that resolves elsewhere
+    # now (not made yet then, a link since) may be a link a command made to a folder outside
+    real = {r for r in roots if r.is_dir() and r.resolve() == r}
     # parents before children, so a root inside another (or inside /tmp) is mounted last
-    for root in sorted({r for r in roots if r.is_dir()}, key=lambda r: len(r.parts)):
+    for root in sorted(real, key=lambda r: len(r.parts)):
         words += ["--bind", str(root), str(root)]
     return [*words, "--chdir", str(cwd), "--"], None
 

@@ -86,7 +86,13 @@ class Boundary:
         return cls(base, tuple(_resolve(os.fspath(r), base) for r in roots))
 
     def with_grants(self, grants: Sequence[str]) -> Boundary:
-        return Boundary(self.cwd, (*self.roots, *(_resolve(g, self.cwd) for g in grants)))
+        return Boundary(self.cwd, (*self.roots, *(self._grant(g) for g in grants)))
+
+    def _grant(self, grant: str) -> Path:
+        """A grant inside a root stays as named: a command may have made it a link, and
+        following that would grant wherever the link points."""
+        named = Path(os.path.normpath(Path(self.cwd, os.path.expanduser(grant))))
+        return named if _under(named, self.roots) else _resolve(grant, self.cwd)
 
     def resolve(self, path: str) -> Path:
         return _resolve(path, self.cwd)

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -211,6 +212,40 @@ async def test_a_root_worker_cannot_remount_its_way_out(tmp_path):
         assert not unpacked.is_error, unpacked.content
     finally:
         shutil.rmtree(outside, ignore_errors=True)
+
+
+@pytest.fixture
+def var_tmp():
+    """A folder outside /tmp: the sandbox has a /tmp of its own, which would hide an escape."""
+    path = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="lattice-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+async def test_a_granted_path_the_command_turned_into_a_link_is_not_followed(var_tmp):
+    """A grant (or an extra root not made yet) inside the workspace is the command's to
+    shape: made a link to an outside folder, bwrap bound that folder writable."""
+    root, outside = var_tmp / "ws", var_tmp / "outside"
+    root.mkdir()
+    outside.mkdir()
+    tools = create_agent_workspace_tools(root, extra_roots=[root / "later"], sandbox="required")
+    bash_tool = {t.name: t for t in tools}["Bash"]
+    link = f"python3 -c \"import os; [os.symlink('{outside}', n) for n in ('granted', 'later')]\""
+    made = await bash_tool.invoke(
+        {"command": link}, ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+    )
+    assert not made.is_error, made.content
+    ctx = ToolContext(
+        session_id="s", tool_use_id="t", tool_name="Bash", workspace_grants=(str(root / "granted"),)
+    )
+    for name in ("granted", "later"):
+        sneaky = f"python3 -c \"open('{outside}/{name}', 'w')\""
+        result = await bash_tool.invoke({"command": sneaky}, ctx)
+        assert "Read-only file system" in result.content, result.content
+        direct = await bash_tool.invoke({"command": f"echo x > {name}/f"}, ctx)
+        assert json.loads(direct.content)["error"] == "permission_denied"
+    assert list(outside.iterdir()) == []
 
 
 @pytest.mark.parametrize(
