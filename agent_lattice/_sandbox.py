@@ -10,9 +10,10 @@ it where it works and otherwise says so once in the log and relies on the parser
 
 The environment: a command's output goes to the model, the workflow history and the
 transcripts, so nothing that looks like a credential is passed on — the provider key,
-``TEMPORAL_*``, ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, database DSNs and URLs
-with a password in them, and any variable whose value holds one of those values or a secret
-the host named (the agent's ``api_key``). ``env=`` passes what the host wants on purpose.
+``TEMPORAL_*``, ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_PWD``, webhooks,
+database DSNs, URLs with a password or token in them, connection strings with a key or password,
+values shaped like well-known tokens (``sk-``, ``ghp_``, ``AKIA``...), and any variable whose
+value holds one of those values or a secret the host named (the agent's ``api_key``). ``env=`` passes what the host wants on purpose.
 """
 
 from __future__ import annotations
@@ -44,15 +45,23 @@ SandboxMode = Literal["auto", "required", "off"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "required", "off")
 
 _SECRET_NAME = re.compile(
-    r"API_?KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE_?KEY|ACCESS_?KEY|COOKIE"
-    r"|(^|_)AUTH($|_)|(^|_)KEY$|(^|_)DSN$|DATABASE_URL$|^TEMPORAL_|^SSH_AUTH_SOCK$",
+    r"API_?KEY|TOKEN(?!IZER)|SECRET|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE_?KEY|ACCESS_?KEY"
+    r"|COOKIE|WEBHOOK|(^|_)AUTH($|_)|(^|_)KEY$|_(PASS|PWD|PAT)$|(^|_)DSN$|DATABASE_URL$"
+    r"|^TEMPORAL_|^SSH_AUTH_SOCK$",
     re.IGNORECASE,
 )
 # Variables that change what `bash -c` runs before the command (BASH_ENV, exported functions
 # that could redefine `cd`) or where `cd` goes (CDPATH): the write-boundary parser reads the
 # command as written, so these would make it see a different program than the one that runs.
 _UNSAFE_NAME = re.compile(r"^(BASH_ENV|ENV|CDPATH|PROMPT_COMMAND|SHELLOPTS|BASHOPTS)$|^BASH_FUNC_")
-_URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.IGNORECASE)
+# a secret under a name that does not say so: the variable's value gives it away
+_SECRET_VALUE = re.compile(
+    r"[a-z][a-z0-9+.-]*://([^/\s:@]*:[^/\s@]+|[^/\s:@]{16,})@"  # a password or token in a URL
+    r"|(^|[;\s])(AccountKey|SharedAccessKey|password|pwd)="  # a connection string's
+    r"|^(sk-|sk_live_|rk_live_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|hf_|AKIA|ASIA)"
+    r"[\w-]{12,}",  # a well-known token's prefix, and a token's length after it
+    re.IGNORECASE,
+)
 _SECRET_MIN_LEN = 12  # shorter values are too likely to be ordinary words
 
 
@@ -125,7 +134,7 @@ def shell_environment(base: Mapping[str, str], settings: ShellSettings) -> dict[
     secrets = set(settings.secrets)
     kept: dict[str, str] = {}
     for name, value in base.items():
-        if _SECRET_NAME.search(name) or _URL_WITH_PASSWORD.search(value):
+        if _SECRET_NAME.search(name) or _SECRET_VALUE.search(value):
             if len(value) >= _SECRET_MIN_LEN:
                 secrets.add(value)
         elif not _UNSAFE_NAME.search(name):

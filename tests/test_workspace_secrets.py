@@ -118,6 +118,35 @@ async def test_scrubbed_names_values_and_what_env_passes_on_purpose(tmp_path, mo
     assert "PLAIN=" not in out and "SOURCED-BASH-ENV" not in out and "HOME=" in out
 
 
+LOOSE_SECRETS = {  # names and values the first patterns let through
+    "MYSQL_PWD": "canary-0123456789ab",
+    "REDIS_PASS": "canary-0123456789ab",
+    "GITHUB_PAT": "canary-0123456789ab",
+    "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/canary0123456789",
+    "GIT_REMOTE": "https://canary_0123456789abcdef@github.com/o/r.git",
+    "AZURE_STORAGE_CONNECTION_STRING": "AccountName=a;AccountKey=canary0123456789==;",
+    "BUS": "Endpoint=sb://x/;SharedAccessKeyName=R;SharedAccessKey=canary0123456789",
+    "WAREHOUSE": "host=db user=app password=canary0123456789 dbname=w",
+    "PAYMENTS": "sk_live_canary0123456789",
+    "MODEL": "sk-ant-api03-canary0123456789",
+}
+
+
+async def test_secrets_under_loose_names_and_in_connection_strings_are_scrubbed(
+    tmp_path, monkeypatch
+):
+    for name, value in LOOSE_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    kept = {"TOKENIZERS_PARALLELISM": "false", "GIT_SSH_URL": "ssh://git@example.com/o/r"}
+    for name, value in kept.items():
+        monkeypatch.setenv(name, value)
+    bash = create_builtin_tools(cwd=tmp_path, sandbox="off")[-1]
+    out = (await bash.invoke({"command": "env"}, ctx())).content
+    assert [n for n in LOOSE_SECRETS if n + "=" in out] == []
+    assert "canary" not in out
+    assert all(f"{name}={value}" in out for name, value in kept.items())
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
