@@ -218,11 +218,13 @@ PROMPT_SCRIPT = (
 async def test_worker_and_run_ride_out_a_server_restart(
     home: Path, env: dict[str, str], procs: list[Lattice]
 ) -> None:
-    # the tools end soon after the server is gone: their results must not be lost
-    tool_env = {**env, "LATTICE_TEST_TOOL_S": "2"}
+    release = home.parent / "release"
+    tool_env = {**env, "LATTICE_TEST_TOOL_S": "30", "LATTICE_TEST_RELEASE": str(release)}
     server, worker, run = await worker_and_run(home, tool_env, procs, script=True)
     script = procs[-1]
     kill(server)
+    release.touch()  # the tools end while the server is gone: their results must not be lost
+    await assert_eventually(lambda: sorted(effects(env))[:2] == ["done:x", "done:y"], within=5)
     await asyncio.sleep(OUTAGE_S)
     back, started = await asyncio.to_thread(DevServer.ensure, home, ui=False)
     assert started and back.address == server.address

@@ -184,16 +184,21 @@ class ServerWatch:
         raise self.error()
 
     async def _run(self, client: Client) -> None:
+        slow_answers = 0
         while True:
             try:
                 serving = await client.service_client.check_health(
                     timeout=timedelta(seconds=PROBE_TIMEOUT_S)
                 )
+                slow = False
+            except RPCError as err:
+                serving, slow = False, err.status == RPCStatusCode.DEADLINE_EXCEEDED
             except Exception:
-                serving = False
+                serving, slow = False, False
+            slow_answers = slow_answers + 1 if slow else 0
             if serving:
                 self.up()
-            else:
+            elif not slow or slow_answers > 1:  # one slow answer is a busy machine
                 self.down()
                 await self._restart_if_dead()
             await asyncio.sleep(PROBE_DOWN_S if self.down_since is not None else PROBE_UP_S)
