@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -30,6 +31,7 @@ from agent_lattice.testing import (
     text,
     tool_use,
 )
+from agent_lattice.worker import create_worker
 
 from conftest import child_ids
 
@@ -336,3 +338,37 @@ async def test_a_run_waiting_for_its_worker_is_not_called_orphaned(
     finally:
         await handle.terminate(reason="test over")
         await asyncio.wait_for(query, 10)
+
+
+async def test_a_worker_in_another_pid_namespace_under_the_same_host_name_is_live(
+    remote_runtime, fake_anthropic, lattice_server, tmp_path
+):
+    """Containers can share a host name (a Kubernetes pod, docker --network host) but not
+    their pids: a worker there reports ``pid@host`` with a pid this process cannot see. Its
+    run is served, not orphaned: `lattice interrupt --force` only interrupts it."""
+    fake_anthropic.set_handler(lambda _request: hang(60))
+    agent = create_agent(
+        name=f"contained{uuid.uuid4().hex[:8]}",
+        base_url=fake_anthropic.base_url,
+        api_key="test",
+        model="claude-test",
+    )
+    gone = await asyncio.create_subprocess_exec("true")
+    await gone.wait()  # its pid names no process here; the other container's worker has it
+    identity = f"{gone.pid}@{socket.gethostname()}"
+    async with create_worker(
+        remote_runtime.client, [agent], task_queue=agent.task_queue, identity=identity
+    ):
+        query = asyncio.ensure_future(agent.prompt("hi", runtime=remote_runtime))
+        await assert_eventually(lambda: len(fake_anthropic.requests) == 1, within=10)
+        workflow_id = f"{agent.name}-{agent.session_id}-1"
+        forced = Cli.run(
+            "interrupt",
+            "--force",
+            workflow_id,
+            env=cli_env(lattice_server, fake_anthropic, tmp_path),
+        )
+        assert await asyncio.to_thread(forced.finish) == 0, forced
+        assert forced.out == f"interrupt sent to {workflow_id} (it was running)"
+        result = await asyncio.wait_for(query, 10)
+        assert result.subtype == "interrupted", result

@@ -9,16 +9,17 @@ Liveness rule (``queue_served``): a run is served when a live worker polls its t
 workflow tasks. Temporal lists a poller for minutes after it stopped, so a poller counts as
 live when (a) its last poll is recent: a live idle worker renews its long poll about every
 60 s (measured on the dev server: entries aged up to 58 s before renewal), hence
-``POLLER_FRESH`` = 70 s; and (b) for a worker on this host (identity ``pid@hostname``, the SDK
-default), its process exists. So on the same host a dead process's runs are orphans at once;
-a worker on another host is judged dead 70 s after its last poll.
+``POLLER_FRESH`` = 70 s; and (b) for a lattice worker on this host and in this pid namespace
+(its identity says so: ``worker._plugin.process_identity``), its process exists. So on the
+same host a dead process's runs are orphans at once; any other worker (another host, another
+container of the same host name, an identity of the user's) is judged dead 70 s after its
+last poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from .._errors import ConcurrentQueryError
-from ..worker._plugin import LatticePlugin
+from ..worker._plugin import LatticePlugin, process_identity
 from ..worker._registry import AgentRegistry
 from ..workflows._types import AgentRunInput
 from ._server import pid_alive
@@ -70,11 +71,11 @@ PRIVATE_STICKY_TIMEOUT = timedelta(seconds=2)
 
 
 def _poller_alive(identity: str, last_access: datetime | None) -> bool:
-    """Judge a listed poller by its last poll, and one on this host by its process."""
+    """Judge a listed poller by its last poll, and one of this host's pids by its process."""
     if last_access is not None and datetime.now(UTC) - last_access > POLLER_FRESH:
         return False
-    pid, _, host = identity.partition("@")
-    if pid.isdigit() and host == socket.gethostname():
+    pid = identity.partition("@")[0]
+    if pid.isdigit() and identity == process_identity(int(pid)):
         return pid_alive(int(pid))
     return True
 

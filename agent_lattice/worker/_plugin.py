@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -10,7 +12,7 @@ import pydantic
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .._errors import LatticeError
@@ -33,6 +35,24 @@ PASSTHROUGH = (
     "anthropic",  # imported by agent_lattice.providers; never called from workflow code
     "httpx",  # imported by anthropic
 )
+
+
+def _pid_namespace() -> str:
+    try:
+        return " " + os.readlink("/proc/self/ns/pid")  # " pid:[4026531836]"
+    except OSError:  # no /proc (macOS): pids are the host's
+        return ""
+
+
+_PID_NAMESPACE = _pid_namespace()
+
+
+def process_identity(pid: int | None = None) -> str:
+    """What this process's workers call themselves: the SDK's ``pid@host`` and, on Linux,
+    the pid namespace. Containers can share a host name (a Kubernetes pod, docker --network
+    host) but not their pids: a poller's pid is only looked up here (``client/_orphans``)
+    when its identity is what this process would have with that pid."""
+    return f"{os.getpid() if pid is None else pid}@{socket.gethostname()}{_PID_NAMESPACE}"
 
 
 class LatticePlugin(SimplePlugin):
@@ -87,6 +107,15 @@ class LatticePlugin(SimplePlugin):
             # a finished tool's result must reach a server that is down for a while
             interceptors=[ServerWaitInterceptor()] if activities else None,
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        config = super().configure_worker(config)
+        client = config.get("client")
+        sdk_default = client is None or client.identity == f"{os.getpid()}@{socket.gethostname()}"
+        # an identity the user chose (on the worker or its client) is kept
+        if self.registry is not None and config.get("identity") is None and sdk_default:
+            config["identity"] = process_identity()
+        return config
 
 
 def create_mailbox_worker(client: Client, **options: object) -> Worker:
