@@ -37,7 +37,14 @@ from ._errors import OptionError
 from ._search import truncate
 from ._tools import ToolResult
 
-__all__ = ["ShellSettings", "jail", "run_command", "sandbox_problem", "shell_environment"]
+__all__ = [
+    "ShellSettings",
+    "jail",
+    "run_command",
+    "sandbox_environment",
+    "sandbox_problem",
+    "shell_environment",
+]
 
 log = logging.getLogger("agent_lattice.workspace")
 
@@ -147,6 +154,22 @@ def shell_environment(base: Mapping[str, str], settings: ShellSettings) -> dict[
         elif not _holds(value, set(settings.secrets)):  # the agent's own key: never
             env[name] = value
     return env
+
+
+# The home folder is read-only in the sandbox, and so is a TMPDIR outside /tmp: caches that
+# tools keep under home (pip, uv, go and yarn under XDG_CACHE_HOME, npm its own) and temporary
+# files go to the sandbox's own /tmp instead, kept between commands like the rest of it.
+_SANDBOX_DEFAULTS = {
+    "TMPDIR": "/tmp",
+    "XDG_CACHE_HOME": "/tmp/.cache",
+    "npm_config_cache": "/tmp/.npm",
+}
+
+
+def sandbox_environment(env: Mapping[str, str], settings: ShellSettings) -> dict[str, str]:
+    """``env`` for a command run in the sandbox (what ``settings.env`` names is left alone)."""
+    defaults = {k: v for k, v in _SANDBOX_DEFAULTS.items() if k not in settings.env}
+    return {**env, **defaults}
 
 
 def _holds(value: str, secrets: Iterable[str]) -> bool:

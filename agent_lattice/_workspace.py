@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from ._bash import BashReading, bash_write_targets, read_command
 from ._errors import OptionError
 from ._options import check_options
-from ._sandbox import ShellSettings, jail, run_command, shell_environment
+from ._sandbox import ShellSettings, jail, run_command, sandbox_environment, shell_environment
 from ._search import OUTPUT_LIMIT, GrepInput, glob_files, grep_files, truncate
 from ._tools import ToolContext, ToolDefinition, ToolResult, tool
 
@@ -350,6 +350,8 @@ def _tools(base: Boundary, shell: ShellSettings) -> list[ToolDefinition[object]]
         words, refused = await jail(shell, cwd=b.cwd, roots=b.roots)
         if refused is not None:
             return ToolResult(content=refused, is_error=True)
+        if words is not None:
+            env = sandbox_environment(env, shell)
         reading = read_command(input.command, env=env, base=b.cwd)
         denied = b.bash_denial(reading, sandboxed=words is not None)
         if denied is not None:

@@ -248,6 +248,30 @@ async def test_a_granted_path_the_command_turned_into_a_link_is_not_followed(var
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+async def test_tools_that_cache_in_home_or_write_to_tmpdir_still_work(var_tmp, monkeypatch):
+    """The home folder is read-only in the sandbox: npm install failed (EROFS on ~/.npm),
+    and so did mktemp where the worker's TMPDIR is not /tmp."""
+    root, home, host_tmp = var_tmp / "ws", var_tmp / "home", var_tmp / "tmp"
+    for folder in (root, home, host_tmp):
+        folder.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TMPDIR", str(host_tmp))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("npm_config_cache", raising=False)
+    tools = {t.name: t for t in create_agent_workspace_tools(root, sandbox="required")}
+    # what pip, uv, go and yarn (XDG cache) and npm (its own cache) do on their own
+    cache = (
+        'python3 -c "import os; e, h = os.environ.get, os.path.expanduser; '
+        "[os.makedirs(p, exist_ok=True) for p in (e('XDG_CACHE_HOME', h('~/.cache')) + '/pip', "
+        "e('npm_config_cache', h('~/.npm')) + '/_logs')]\" && mktemp && echo built > out"
+    )
+    result = await bash(tools, cache)
+    assert not result.is_error, result.content
+    assert (root / "out").exists()
+    assert list(home.iterdir()) == [] and list(host_tmp.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("bwrap", "reason"),
     [
