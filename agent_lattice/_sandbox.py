@@ -198,6 +198,9 @@ def sandbox_problem(network: bool = True) -> str | None:
 
 _BASE_ARGS = (
     *("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid"),
+    # read-only files do not stop connect(): the sockets in /run (docker, systemd, dbus,
+    # postgres) lead to servers that write anywhere, network or not. DNS may live there.
+    *("--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"),
     # read-only: uid 0 needs no capability to write /proc/sys (kernel.core_pattern runs a
     # program as the host's root) or /proc/sysrq-trigger, and bwrap does not always cover them
     *("--proc", "/proc", "--remount-ro", "/proc"),

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
@@ -270,6 +271,33 @@ async def test_tools_that_cache_in_home_or_write_to_tmpdir_still_work(var_tmp, m
     assert not result.is_error, result.content
     assert (root / "out").exists()
     assert list(home.iterdir()) == [] and list(host_tmp.iterdir()) == []
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+@pytest.mark.skipif(not os.access("/run", os.W_OK), reason="only root can make a socket in /run")
+async def test_the_services_sockets_in_run_are_out_of_reach(tmp_path):
+    """A read-only mount does not stop connect(): a command reached the sockets in /run
+    (docker, systemd, dbus, postgres), whose servers write wherever they like, even with
+    network=False."""
+    folder = Path(tempfile.mkdtemp(dir="/run", prefix="lattice-test-"))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / "s.sock"))
+    server.listen(1)
+    try:
+        root = tmp_path / "ws"
+        tools = create_agent_workspace_tools(root, sandbox="required", network=False)
+        reach = (
+            'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+            f"s.connect('{folder}/s.sock'); s.send(b'write this')\""
+        )
+        result = await bash({"Bash": tools[-1]}, reach)
+        assert result.is_error and "No such file or directory" in result.content, result.content
+        server.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    finally:
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
