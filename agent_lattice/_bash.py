@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,15 +392,10 @@ def _argvs(alternatives: list[list[str | None]]) -> list[list[str | None]]:
 
 
 def _unescape(text: str) -> str:
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _ESCAPED.sub(r"\1", text)
+
+
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)  # a backslash quotes the one character after it
 
 
 def _tilde(text: str, state: _State) -> list[str] | None:
