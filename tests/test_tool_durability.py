@@ -222,3 +222,30 @@ async def test_an_idempotent_tool_that_never_finishes_gets_two_attempts(make_age
 def test_tool_durability_options_are_checked_at_assembly(options, wrong):
     with pytest.raises(OptionError, match=wrong):
         tool("t", "T", Expr, lambda _input: "x", **options)
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["once", "idempotent"])
+async def test_a_call_that_fails_after_its_handler_ran_is_not_reported_as_never_run(
+    make_agent, fake_anthropic, idempotent
+):
+    """The handler ran (its side effect happened), then its result could not be stored: a
+    lone surrogate, as a file name decoded with surrogateescape has, cannot be encoded. The
+    model must not hear the tool "could not run", which invites it to call it again."""
+    calls: list[int] = []
+
+    def listing(input: Expr, ctx: ToolContext) -> str:
+        calls.append(ctx.attempt)
+        return "report.txt\n" * 1000 + "caf\udce9.txt"  # large: stored by reference
+
+    fake_anthropic.set_handler(Script(tool_use("listing", {"expr": "x"}), text("noted")))
+    agent = make_agent(tools=[tool("listing", "Lists", Expr, listing, idempotent=idempotent)])
+    result = await asyncio.wait_for(agent.prompt("List."), 30)
+
+    assert result.subtype == "success" and result.result == "noted"
+    assert calls == ([1, 2] if idempotent else [1])
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["is_error"] is True
+    assert "could not run" not in answer["content"]
+    assert answer["content"].startswith("Tool 'listing' did not finish: it failed outside its")
+    assert "surrogates not allowed" in answer["content"]
+    assert "Whether it took effect is unknown" in answer["content"]

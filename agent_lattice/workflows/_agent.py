@@ -910,7 +910,9 @@ def _root(err: BaseException) -> BaseException:
 
 
 def _cut_off(err: BaseException, timeout_s: float) -> str | None:
-    """Why a tool call was cut off mid-run (None: it failed some other way)."""
+    """Why a tool call ended without its result, its handler maybe run (None: it surely did
+    not run). A handler's own error is a result; an activity failure can come after it ran
+    (its result could not be stored or sent), so the model must not hear "could not run"."""
     cause = _root(err)
     if isinstance(cause, ActivityTimeout):
         if cause.type == TimeoutType.HEARTBEAT:
@@ -918,7 +920,9 @@ def _cut_off(err: BaseException, timeout_s: float) -> str | None:
         return f"it ran past its {timeout_s:g} s timeout"
     if isinstance(cause, ApplicationError) and cause.type == "Abandoned":
         return "its worker stopped while it ran"
-    return None
+    if isinstance(cause, ApplicationError) and cause.type == "AgentNotRegistered":
+        return None
+    return f"it failed outside its handler ({_error_info(err).message})"
 
 
 def _error_info(err: BaseException) -> ErrorInfo:
