@@ -31,10 +31,18 @@ MODES = [
 ]
 
 
+@pytest.fixture
+def var_tmp():
+    """A folder outside /tmp: the sandbox has a /tmp of its own, which would hide an escape."""
+    path = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="lattice-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(params=MODES)
-def box(request, tmp_path, monkeypatch):
-    """A workspace, an outside folder with a file in it, a home folder: all under tmp_path."""
-    root, outside, home = tmp_path / "ws", tmp_path / "outside", tmp_path / "home"
+def box(request, var_tmp, monkeypatch):
+    """A workspace, an outside folder with a file in it, a home folder: all under var_tmp."""
+    root, outside, home = var_tmp / "ws", var_tmp / "outside", var_tmp / "home"
     for folder in (root, outside, home):
         folder.mkdir()
     (outside / "victim").write_text("original")
@@ -104,19 +112,19 @@ ESCAPES = [
 
 
 @pytest.mark.parametrize("command", ESCAPES)
-async def test_every_escape_is_refused(box, tmp_path, command):
+async def test_every_escape_is_refused(box, var_tmp, command):
     _, outside, tools, mode = box
-    before = snapshot(tmp_path)
-    result = await bash(tools, command.format(out=outside, tmp=tmp_path))
+    before = snapshot(var_tmp)
+    result = await bash(tools, command.format(out=outside, tmp=var_tmp))
     assert result.is_error, result.content
     if mode == "required" and not result.content.startswith("{"):
         # what the parser cannot follow (xargs, a computed cd) runs, and the kernel refuses
-        assert "Read-only file system" in result.content or "No such file" in result.content
+        assert "Read-only file system" in result.content, result.content
     else:
         payload = json.loads(result.content)
         assert payload["error"] == "permission_denied" and payload["tool"] == "Bash"
         assert "requested_path" in payload or payload["reason"].startswith("cannot tell where")
-    assert snapshot(tmp_path) == before  # nothing was written outside
+    assert snapshot(var_tmp) == before  # nothing was written outside
 
 
 LEGITIMATE = [
@@ -147,11 +155,11 @@ async def test_ordinary_commands_inside_the_workspace_still_work(box, command, m
 
 
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
-async def test_the_kernel_stops_what_the_parser_cannot_see(tmp_path, monkeypatch):
-    root, outside = tmp_path / "ws", tmp_path / "outside"
+async def test_the_kernel_stops_what_the_parser_cannot_see(var_tmp, monkeypatch):
+    root, outside = var_tmp / "ws", var_tmp / "outside"
     root.mkdir()
     outside.mkdir()
-    granted = tmp_path / "granted"
+    granted = var_tmp / "granted"
     granted.mkdir()
     tools = {t.name: t for t in create_agent_workspace_tools(root, sandbox="required")}
     ctx = ToolContext(
@@ -161,7 +169,7 @@ async def test_the_kernel_stops_what_the_parser_cannot_see(tmp_path, monkeypatch
         f"python3 -c \"open('{outside}/py', 'w').write('x')\"; cd $(echo {outside}) && touch cd"
     )
     result = await tools["Bash"].invoke({"command": sneaky}, ctx)
-    assert "Read-only file system" in result.content or "No such file" in result.content
+    assert result.content.count("Read-only file system") == 2, result.content
     assert list(outside.iterdir()) == []
     fine = f"echo g > {granted}/g && echo t > /tmp/t && cat /tmp/t && echo w > w"
     result = await tools["Bash"].invoke({"command": fine}, ctx)
@@ -213,14 +221,6 @@ async def test_a_root_worker_cannot_remount_its_way_out(tmp_path):
         assert not unpacked.is_error, unpacked.content
     finally:
         shutil.rmtree(outside, ignore_errors=True)
-
-
-@pytest.fixture
-def var_tmp():
-    """A folder outside /tmp: the sandbox has a /tmp of its own, which would hide an escape."""
-    path = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="lattice-test-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
