@@ -19,12 +19,7 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
-    RetryState,
-    TimeoutType,
     WorkflowAlreadyStartedError,
-)
-from temporalio.exceptions import (
-    TimeoutError as ActivityTimeout,
 )
 from temporalio.workflow import ActivityCancellationType
 
@@ -55,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._tools import SUBMIT_OUTPUT_TOOL_NAME
     from ._children import signal_quietly, start_query
+    from ._failures import cut_off, error_info, gave_up
     from ._types import (
         ActivitySettings,
         AgentRunInput,
@@ -207,7 +203,7 @@ class AgentWorkflow:
                 ActivityError,
                 ApplicationError,
             ) as err:  # a tracer bound with fail_on_error failed
-                return await self._finish("error_during_execution", error=_error_info(err))
+                return await self._finish("error_during_execution", error=error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
         return await self._loop()
@@ -289,7 +285,7 @@ class AgentWorkflow:
                     return await self._finish("error_abort", error=_ABORTED)
                 if self._interrupted:
                     return await self._finish("interrupted")
-                info = _gave_up(err, input.settings.model_give_up_s) or _error_info(err)
+                info = gave_up(err, input.settings.model_give_up_s) or error_info(err)
                 if (
                     info.type == "APIError"
                     and is_context_overflow(info.status_code, info.message)
@@ -347,7 +343,7 @@ class AgentWorkflow:
                 # next query must not send a tool_use without its tool_result.
                 self._head = head_before_reply
                 self._new_count -= 1
-                return await self._finish("error_during_execution", error=_error_info(err))
+                return await self._finish("error_during_execution", error=error_info(err))
             blocks: list[ContentBlock] = [o.block for o in outcomes]
             handed = [u.id for u in uses if u.id in self._handoffs]
             if handed:  # the lead waits for every handoff of the batch to report
@@ -565,7 +561,7 @@ class AgentWorkflow:
                 **host,
             )
         except (ActivityError, ApplicationError) as err:
-            if _error_info(err).type in ("HookError", "TracerError"):
+            if error_info(err).type in ("HookError", "TracerError"):
                 raise
             return self._could_not_run(use, err)
 
@@ -686,11 +682,11 @@ class AgentWorkflow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except (ActivityError, ApplicationError) as err:
-            if _error_info(err).type in ("HookError", "TracerError"):
+            if error_info(err).type in ("HookError", "TracerError"):
                 raise
             if self._aborted:
                 return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
-            why = _cut_off(err, timeout)
+            why = cut_off(err, timeout)
             if why is None:
                 return self._could_not_run(call.tool_use, err)
             tried = " (tried twice)" if attempts > 1 else ""
@@ -702,7 +698,7 @@ class AgentWorkflow:
             return self._made([ToolCallOutput(block=block)])[0]
 
     def _could_not_run(self, use: ToolUseBlock, err: BaseException) -> ToolCallOutput:
-        message = f"Tool {use.name!r} could not run: {_error_info(err).message}"
+        message = f"Tool {use.name!r} could not run: {error_info(err).message}"
         block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
         return self._made([ToolCallOutput(block=block)])[0]
 
@@ -827,7 +823,7 @@ class AgentWorkflow:
                     ]
                 )
             except (ActivityError, ApplicationError) as err:
-                subtype, error = "error_during_execution", _error_info(err)
+                subtype, error = "error_during_execution", error_info(err)
         message = ResultMessage(
             subtype=subtype,
             result=result if error is None else error.message,
@@ -882,61 +878,3 @@ def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:
         content=f"Tool {use.name!r} was cancelled: the query was aborted.",
         is_error=True,
     )
-
-
-def _gave_up(err: BaseException, budget_s: float) -> ErrorInfo | None:
-    """A model request that ran out of its whole budget (``model_give_up_s``): Temporal ends
-    it when the budget passes, or sooner when the next attempt could not start within it."""
-    if not isinstance(err, ActivityError) or err.retry_state != RetryState.TIMEOUT:
-        return None
-    last: BaseException | None = _root(err)
-    if isinstance(last, ActivityTimeout):
-        last = last.cause  # the last attempt's failure, when Temporal kept it
-    info = _error_info(last) if last is not None else None
-    detail = f"; last attempt: {info.message}" if info is not None else ""
-    return ErrorInfo(
-        type="APIError",
-        message=f"the model request was given up: no answer within model_give_up_s "
-        f"({budget_s:g} s){detail}",
-        status_code=info.status_code if info is not None else None,
-    )
-
-
-def _root(err: BaseException) -> BaseException:
-    cause = err
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    return cause
-
-
-def _cut_off(err: BaseException, timeout_s: float) -> str | None:
-    """Why a tool call ended without its result, its handler maybe run (None: it surely did
-    not run). A handler's own error is a result; an activity failure can come after it ran
-    (its result could not be stored or sent), so the model must not hear "could not run"."""
-    cause = _root(err)
-    if isinstance(cause, ActivityTimeout):
-        if cause.type == TimeoutType.HEARTBEAT:
-            return "its worker stopped responding (it crashed or was cut off)"
-        return f"it ran past its {timeout_s:g} s timeout"
-    if isinstance(cause, ApplicationError) and cause.type == "Abandoned":
-        return "its worker stopped while it ran"
-    if isinstance(cause, ApplicationError) and cause.type == "AgentNotRegistered":
-        return None
-    return f"it failed outside its handler ({_error_info(err).message})"
-
-
-def _error_info(err: BaseException) -> ErrorInfo:
-    cause: BaseException | None = err
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, ApplicationError):
-        details = cause.details[0] if cause.details else {}
-        status = details.get("status_code") if isinstance(details, dict) else None
-        kind = (
-            "APIError"
-            if cause.type in ("ProviderRejected", "ProviderError", "ProviderUnreachable")
-            else cause.type or "Error"
-        )
-        return ErrorInfo(type=kind, message=cause.message, status_code=status)
-    message = str(cause) if cause is not None else str(err)
-    return ErrorInfo(type=type(cause).__name__ if cause else "Error", message=message)

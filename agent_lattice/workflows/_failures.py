@@ -1,0 +1,69 @@
+"""What a failed activity means to the agent loop: the error a query reports, a model request
+given up on its budget, and whether a tool call may have run (the model must know)."""
+
+from __future__ import annotations
+
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
+
+from .._messages import ErrorInfo
+
+__all__ = ["cut_off", "error_info", "gave_up"]
+
+
+def gave_up(err: BaseException, budget_s: float) -> ErrorInfo | None:
+    """A model request that ran out of its whole budget (``model_give_up_s``): Temporal ends
+    it when the budget passes, or sooner when the next attempt could not start within it."""
+    if not isinstance(err, ActivityError) or err.retry_state != RetryState.TIMEOUT:
+        return None
+    last: BaseException | None = _root(err)
+    if isinstance(last, ActivityTimeout):
+        last = last.cause  # the last attempt's failure, when Temporal kept it
+    info = error_info(last) if last is not None else None
+    detail = f"; last attempt: {info.message}" if info is not None else ""
+    return ErrorInfo(
+        type="APIError",
+        message=f"the model request was given up: no answer within model_give_up_s "
+        f"({budget_s:g} s){detail}",
+        status_code=info.status_code if info is not None else None,
+    )
+
+
+def _root(err: BaseException) -> BaseException:
+    cause = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    return cause
+
+
+def cut_off(err: BaseException, timeout_s: float) -> str | None:
+    """Why a tool call ended without its result, its handler maybe run (None: it surely did
+    not run). A handler's own error is a result; an activity failure can come after it ran
+    (its result could not be stored or sent), so the model must not hear "could not run"."""
+    cause = _root(err)
+    if isinstance(cause, ActivityTimeout):
+        if cause.type == TimeoutType.HEARTBEAT:
+            return "its worker stopped responding (it crashed or was cut off)"
+        return f"it ran past its {timeout_s:g} s timeout"
+    if isinstance(cause, ApplicationError) and cause.type == "Abandoned":
+        return "its worker stopped while it ran"
+    if isinstance(cause, ApplicationError) and cause.type == "AgentNotRegistered":
+        return None
+    return f"it failed outside its handler ({error_info(err).message})"
+
+
+def error_info(err: BaseException) -> ErrorInfo:
+    cause: BaseException | None = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        details = cause.details[0] if cause.details else {}
+        status = details.get("status_code") if isinstance(details, dict) else None
+        kind = (
+            "APIError"
+            if cause.type in ("ProviderRejected", "ProviderError", "ProviderUnreachable")
+            else cause.type or "Error"
+        )
+        return ErrorInfo(type=kind, message=cause.message, status_code=status)
+    message = str(cause) if cause is not None else str(err)
+    return ErrorInfo(type=type(cause).__name__ if cause else "Error", message=message)
