@@ -267,7 +267,7 @@ class _Reader:
         if combos > _MAX_ALTERNATIVES:
             self.unsure("its arguments take too many possible values to follow")
             return
-        for argv in _argvs(alternatives):
+        for argv in map(list, itertools.product(*alternatives)):
             self.simple(argv, state, depth)
 
     def simple(self, argv: list[str | None], state: _State, depth: int) -> None:
@@ -387,10 +387,6 @@ class _Reader:
         return ["\0".join(v.split()) for v in out] if split else out
 
 
-def _argvs(alternatives: list[list[str | None]]) -> list[list[str | None]]:
-    return [list(c) for c in itertools.product(*alternatives)]
-
-
 def _unescape(text: str) -> str:
     return _ESCAPED.sub(r"\1", text)
 
@@ -468,6 +464,9 @@ class _Effects:
         else:
             self.reader.script(text, self.state.copy(), self.depth + 1)
 
+    def script_file(self, path: str | None) -> None:  # bash build.sh: read as source reads it
+        _source(self.reader, [path], self.state.copy(), self.depth, verb="runs the script")
+
 
 def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool = False) -> None:
     _, operands = options_and_operands(args, "")
@@ -536,7 +535,7 @@ def _eval(reader: _Reader, args: Words, state: _State, depth: int) -> None:
         reader.script(" ".join(a for a in args if a is not None), state, depth + 1)
 
 
-def _source(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+def _source(reader: _Reader, args: Words, state: _State, depth: int, verb: str = "sources") -> None:
     file = args[0] if args else None
     text = None
     for cwd in state.cwds if file is not None else ():
@@ -549,7 +548,7 @@ def _source(reader: _Reader, args: Words, state: _State, depth: int) -> None:
         except OSError:
             pass
     if text is None:
-        reader.unsure(f"it sources {file or 'a file'}, which the reader cannot see")
+        reader.unsure(f"it {verb} {file or 'a file'}, which the reader cannot see")
     else:
         reader.script(text, state, depth + 1)
 

@@ -22,6 +22,7 @@ class Effects(Protocol):
     def unsure(self, reason: str) -> None: ...
     def run(self, argv: Words, cwd: str | None = None) -> None: ...
     def script(self, text: str | None) -> None: ...
+    def script_file(self, path: str | None) -> None: ...
 
 
 Options = list[tuple[str, str | None]]
@@ -437,8 +438,8 @@ def _shell(fx: Effects, args: Words) -> None:
     scripts = [v for n, v in options if n == "c"]
     if scripts:
         fx.script(scripts[-1])
-    elif operands and operands[0] is not None and not _has(options, "s"):
-        fx.unsure(f"it runs the script {operands[0]}, which the reader does not follow")
+    elif operands and not _has(options, "s"):
+        fx.script_file(operands[0])
     elif not _has(options, "version", "help"):
         fx.unsure("it runs a shell script read from standard input")
 

@@ -154,6 +154,20 @@ async def test_ordinary_commands_inside_the_workspace_still_work(box, command, m
     assert (root / made).exists() or (root / made).is_symlink()
 
 
+async def test_bash_script_sh_is_read_like_source(box):
+    """``bash build.sh`` was refused outright without the sandbox ("does not follow"), while
+    ``./build.sh`` ran unread: the script is read, as ``source`` reads one."""
+    root, outside, tools, _ = box
+    (root / "build.sh").write_text("mkdir -p out && echo built > out/x\n")
+    (root / "leak.sh").write_text(f"echo x > {outside}/leak\n")
+    built = await bash(tools, "bash build.sh && sh build.sh")
+    assert not built.is_error, built.content
+    assert (root / "out" / "x").read_text() == "built\n"
+    leak = await bash(tools, "bash leak.sh")
+    assert json.loads(leak.content)["requested_path"] == str(outside / "leak")
+    assert not (outside / "leak").exists()
+
+
 @pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
 async def test_the_kernel_stops_what_the_parser_cannot_see(var_tmp, monkeypatch):
     root, outside = var_tmp / "ws", var_tmp / "outside"
