@@ -376,7 +376,7 @@ class _Reader:
         if name == "PWD":
             values = {None if c is None else os.path.join(self.base, c) for c in state.cwds}
         elif name.isdigit() or name in ("@", "*", "#"):
-            values = {""}  # bash -c has no positional parameters
+            values = {None}  # set by sh -c '…' _ x, a function call, set --: not followed
         else:
             values = state.variables.get(name) or set(default or [""])
             if operators and "" in values:

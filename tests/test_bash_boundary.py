@@ -108,6 +108,10 @@ ESCAPES = [
     "CDPATH={tmp}; cd outside && touch p",
     "echo touch {out}/piped | bash",
     "flock lock -c 'touch {out}/locked'",
+    # positional parameters, which were read as always empty
+    "f() {{ echo x > $1; }}; f {out}/g",
+    "sh -c 'echo x > \"$1\"' _ {out}/s1",
+    "set -- {out}/h; echo x > $1",
 ]
 
 
