@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
+import hashlib
 import logging
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -221,8 +224,22 @@ def _warn_once(message: str) -> None:
     log.warning(message)
 
 
-@functools.cache
 def _private_tmp(workspace: Path) -> str:
+    """The sandbox's /tmp for ``workspace``: named after it, so a worker that restarts (or was
+    killed) finds it again instead of leaving one more behind; the host's tmp cleaner ages it
+    out. Not removed at exit: another worker on the same workspace may be using it."""
+    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"lattice-bash-tmp-{os.geteuid()}-{digest}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    found = os.lstat(path)
+    if stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and not found.st_mode & 0o077:
+        return path
+    return _spare_tmp(workspace)  # someone else's name (or a link) in a shared /tmp: not used
+
+
+@functools.cache
+def _spare_tmp(workspace: Path) -> str:
     path = tempfile.mkdtemp(prefix="lattice-bash-tmp-")
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
@@ -253,7 +270,7 @@ async def jail(
     words = [str(shutil.which("bwrap")), *_BASE_ARGS, "--die-with-parent", "--new-session"]
     if not settings.network:
         words.append("--unshare-net")
-    words += ["--bind", _private_tmp(cwd), "/tmp"]
+    words += ["--bind", await asyncio.to_thread(_private_tmp, cwd), "/tmp"]
     # a root is bound only as the directory it was resolved to: one that resolves elsewhere
     # now (not made yet then, a link since) may be a link a command made to a folder outside
     real = {r for r in roots if r.is_dir() and r.resolve() == r}

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
 import zipfile
+from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 
 import pytest
@@ -316,6 +320,49 @@ async def test_the_services_sockets_in_run_are_out_of_reach(tmp_path):
     finally:
         server.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+KILLED_WORKER = """
+import asyncio, os, signal, sys
+from agent_lattice import ToolContext, create_agent_workspace_tools
+
+async def main():
+    bash = create_agent_workspace_tools(sys.argv[1], sandbox="required")[-1]
+    ctx = ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+    done = await bash.invoke({"command": sys.argv[2]}, ctx)
+    print(done.content, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+def private_tmps_holding(name: str) -> list[Path]:
+    tmp = Path(tempfile.gettempdir())
+    return [p for p in tmp.glob("lattice-bash-tmp-*") if (p / name).exists()]
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+async def test_a_killed_worker_leaves_no_new_private_tmp_behind(var_tmp):
+    """Each worker made a fresh private /tmp and removed it only at a clean exit: every
+    killed worker left one behind (with the caches in it), and the next one started empty.
+    Now the next worker on that workspace finds the same one again."""
+    root, marker = var_tmp / "ws", f"kept-{os.getpid()}-{time.monotonic_ns()}"
+    outputs = []
+    for command in (f"echo kept > /tmp/{marker}", f"cat /tmp/{marker}"):
+        run = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", KILLED_WORKER, str(root), command, stdout=PIPE, stderr=STDOUT
+        )
+        out, _ = await run.communicate()
+        assert run.returncode == -signal.SIGKILL, out
+        outputs.append(out.decode())
+    holding = private_tmps_holding(marker)
+    try:
+        assert outputs[1].startswith("kept"), outputs
+        assert len(holding) == 1, holding
+    finally:
+        for path in holding:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
