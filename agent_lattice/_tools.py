@@ -8,6 +8,7 @@ import functools
 import inspect
 import math
 import re
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -169,18 +170,43 @@ async def run_off_loop(fn: Callable[..., Any], *args: Any, executor: Executor | 
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         out = fn(*args)
     else:
-        call = functools.partial(contextvars.copy_context().run, fn, *args)
-        future = asyncio.get_running_loop().run_in_executor(executor, call)
+        start = _Start(functools.partial(contextvars.copy_context().run, fn, *args))
+        future = asyncio.get_running_loop().run_in_executor(executor, start)
         try:
             out = await asyncio.shield(future)
         except asyncio.CancelledError:
-            # A thread cannot be stopped: the call is over when the function returns (an
-            # abort waits for the handlers that started to settle, as the seeds say).
-            await _settled(future)
+            # A thread cannot be stopped: a call that started is over when the function
+            # returns (an abort waits for the handlers that started to settle, as the seeds
+            # say); one still queued for a thread never starts.
+            if start.give_up():
+                await _settled(future)
             raise
     if inspect.isawaitable(out):
         out = await out
     return out
+
+
+class _Start:
+    """A sync call queued for a thread. Given up on before a thread took it (its tool call
+    timed out or was aborted while every thread was busy), it never starts: it would run
+    after the model was told it did not finish, or beside the retry of an idempotent tool."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._call, self._lock = call, threading.Lock()
+        self._started = self._given_up = False
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if self._given_up:
+                return None
+            self._started = True
+        return self._call()
+
+    def give_up(self) -> bool:
+        """Whether it had started (then its end is to be awaited)."""
+        with self._lock:
+            self._given_up = True
+            return self._started
 
 
 async def _settled(future: asyncio.Future[Any]) -> None:

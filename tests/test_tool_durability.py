@@ -12,7 +12,17 @@ import time
 import pytest
 
 from agent_lattice import OptionError, ToolContext, tool
-from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, hang, text, tool_use
+from agent_lattice.client import Runtime
+from agent_lattice.testing import (
+    FAST_SETTINGS,
+    Script,
+    assert_eventually,
+    hang,
+    message,
+    text,
+    tool_use,
+    tool_use_block,
+)
 
 from conftest import Expr
 
@@ -249,3 +259,54 @@ async def test_a_call_that_fails_after_its_handler_ran_is_not_reported_as_never_
     assert answer["content"].startswith("Tool 'listing' did not finish: it failed outside its")
     assert "surrogates not allowed" in answer["content"]
     assert "Whether it took effect is unknown" in answer["content"]
+
+
+async def test_a_sync_call_given_up_while_it_waited_for_a_thread_never_runs(
+    make_agent, fake_anthropic, lattice_server
+):
+    """All tool threads are busy (here: one thread, held by ``hold``); ``late`` waits for one
+    past its 1 s timeout and the model hears it did not finish. It must not run once a
+    thread frees up (it did: after its call had ended, and an idempotent one a third time)."""
+    runtime = await Runtime.connect(
+        lattice_server, settings=FAST_SETTINGS, inline_workers=True, tool_threads=1
+    )
+    held: list[str] = []
+    late: list[str] = []
+
+    def hold(input: Expr) -> str:
+        time.sleep(3)
+        held.append(input.expr)
+        return "held"
+
+    together = {"is_concurrency_safe": lambda _input: True}
+    fake_anthropic.set_handler(
+        Script(
+            message(
+                [tool_use_block("hold", {"expr": "x"}), tool_use_block("late", {"expr": "y"})],
+                stop_reason="tool_use",
+            ),
+            text("ok"),
+        )
+    )
+    agent = make_agent(
+        tools=[
+            tool("hold", "Holds the thread", Expr, hold, **together),
+            tool(
+                "late",
+                "Waits",
+                Expr,
+                lambda i: late.append(i.expr) or "ran",
+                timeout_s=1,
+                **together,
+            ),
+        ],
+    )
+    try:
+        result = await asyncio.wait_for(agent.prompt("Go.", runtime=runtime), 30)
+        assert result.subtype == "success" and held == ["x"]
+        await asyncio.sleep(0.5)  # the thread is free: a queued call would have run by now
+        assert late == []
+        answer = fake_anthropic.requests[-1].tool_results[1]
+        assert answer["is_error"] is True and "ran past its 1 s timeout" in answer["content"]
+    finally:
+        await runtime.close()
