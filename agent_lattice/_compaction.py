@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import OptionError
+from ._loop import alternating
 from ._messages import ModelMessage, TextBlock, ToolResultBlock
 from ._options import check_options
 
@@ -86,8 +87,9 @@ def cut_point(messages: Sequence[ModelMessage], keep_recent: int) -> int | None:
 
 
 def summary_request(messages: Sequence[ModelMessage], prompt: str) -> list[ModelMessage]:
-    """The summarized part followed by the instruction, as one valid conversation."""
-    out = list(messages)
+    """The summarized part followed by the instruction, as one valid conversation (an
+    interrupted query's unanswered prompt and the next one merged, as in model requests)."""
+    out = alternating(list(messages))
     instruction = TextBlock(text=prompt)
     if out and out[-1].role == "user":
         out[-1] = out[-1].model_copy(update={"content": [*out[-1].blocks, instruction]})

@@ -223,3 +223,35 @@ def test_auto_compact_options_are_checked():
         create_agent(model="m", auto_compact={"keep_recent_messages": 0})
     with pytest.raises(OptionError, match="auto_compact must be True or a mapping"):
         create_agent(model="m", auto_compact="yes")
+
+
+async def test_a_summary_request_keeps_the_roles_alternating(make_agent, fake_anthropic):
+    """An interrupted query leaves its prompt unanswered, then the next prompt follows: the
+    summary request merges them into one user message too (providers reject two in a row)."""
+    fake_anthropic.set_handler(
+        handler(
+            tool_use(
+                "calculator", {"expr": "2+2"}, usage={"input_tokens": 500, "output_tokens": 5}
+            ),
+            text("4, as computed.", usage={"input_tokens": 20, "output_tokens": 4}),
+        )
+    )
+    agent = make_agent(
+        tools=[make_calculator()],
+        auto_compact={"threshold_tokens": 100, "keep_recent_messages": 2},
+    )
+    await agent.replace_history(
+        [
+            ModelMessage(role="user", content="Hello."),
+            ModelMessage(role="assistant", content="Hi."),
+            ModelMessage(role="user", content="Draft the notes."),  # interrupted, unanswered
+        ]
+    )
+    result = await agent.prompt("What is 2+2?")
+
+    assert result.result == "4, as computed."
+    summary_req = fake_anthropic.requests[1]
+    assert is_summary_request(summary_req)
+    assert [m["role"] for m in summary_req.messages] == ["user", "assistant", "user"]
+    texts = [b["text"] for b in summary_req.messages[2]["content"]]
+    assert texts[:2] == ["Draft the notes.", "What is 2+2?"]
