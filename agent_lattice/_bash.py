@@ -169,7 +169,7 @@ class _Reader:
                 self.statement(body, state, depth)
                 if body.type != "command":  # tree-sitter hangs `a && b > f`'s redirect on
                     self.redirects(redirects, state, depth)  # the list: it is b's, after a
-        elif kind in ("subshell", "pipeline"):
+        elif kind == "pipeline":
             for child in node.named_children:  # each part runs in a subshell of its own
                 self.statement(child, state.copy(), depth)
         elif kind == "variable_assignment":
@@ -193,9 +193,10 @@ class _Reader:
             self.loop(node, state, depth)
         elif kind in _FILE_REDIRECTS:
             self.redirects([node], state, depth)
-        else:  # lists, if/case/compound statements, negation, test commands: in order
+        else:  # lists, if/case/compound statements, negation, test commands, subshells
+            inner = state.copy() if kind == "subshell" else state  # its cd holds in it only
             for child in node.named_children:
-                self.statement(child, state, depth)
+                self.statement(child, inner, depth)
 
     def loop(self, node: Node, state: _State, depth: int) -> None:
         variable = node.child_by_field_name("variable")

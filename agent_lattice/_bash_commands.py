@@ -117,6 +117,11 @@ def _timeout(args: Words) -> Words:
     return rest[1:]
 
 
+def _coproc(words: Words) -> Words:
+    """``coproc cmd``, or ``coproc NAME { cmd; }`` (which the parser reads as plain words)."""
+    return words[2:] if len(words) > 1 and words[1] in ("{", "(") else words
+
+
 WRAPPERS: dict[str, Callable[[Words], Words]] = {
     "env": _env,
     "sudo": _skip_options("ugCDhprTU", ("user", "group", "chdir")),
@@ -131,6 +136,7 @@ WRAPPERS: dict[str, Callable[[Words], Words]] = {
     "ionice": _skip_options("cnp", ("class", "classdata", "pid")),
     "stdbuf": _skip_options("ioe", ("input", "output", "error")),
     "timeout": _timeout,
+    "coproc": _coproc,
 }
 
 

@@ -116,6 +116,10 @@ ESCAPES = [
     "f() {{ echo x > $1; }}; f {out}/g",
     "sh -c 'echo x > \"$1\"' _ {out}/s1",
     "set -- {out}/h; echo x > $1",
+    # a subshell's cd holds for the rest of it; a coprocess runs its command
+    "(cd {out}; touch sub)",
+    "coproc touch {out}/co",
+    "coproc N {{ touch {out}/co2; }}",
 ]
 
 
@@ -151,6 +155,7 @@ LEGITIMATE = [
     ("D=build; mkdir -p $D && cp -r src/. $D/ && ln -s a.txt $D/link", "build/link"),
     ("echo warn >&2; tmp=$TMPDIR; echo done > done.txt", "done.txt"),
     ("touch f{1..3} {a,b}.txt && rm f1 && cp f{,.bak}", "f.bak"),
+    ("(cd src; touch in-src); touch top", "src/in-src"),
 ]
 
 
