@@ -117,8 +117,7 @@ def _timeout(args: Words) -> Words:
     return rest[1:]
 
 
-def _coproc(words: Words) -> Words:
-    """``coproc cmd``, or ``coproc NAME { cmd; }`` (which the parser reads as plain words)."""
+def _coproc(words: Words) -> Words:  # coproc NAME { cmd; } reaches here as plain words
     return words[2:] if len(words) > 1 and words[1] in ("{", "(") else words
 
 
@@ -537,7 +536,20 @@ def _make(fx: Effects, args: Words) -> None:
         fx.write(word, "a make directory")
 
 
+def _history(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(args, "d")
+    for word in operands if _has(options, "a", "w") else ():  # -a/-w: to the file named
+        fx.write(word)
+
+
+def _hash(fx: Effects, args: Words) -> None:  # -p: a name then runs another program
+    if "-p" in args:
+        fx.unsure("it maps a command name to a program (hash -p)")
+
+
 COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
+    "history": _history,
+    "hash": _hash,
     "touch": _all_operands("dtr", ("date", "reference")),
     "rm": _all_operands(),
     "rmdir": _all_operands(),

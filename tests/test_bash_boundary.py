@@ -120,6 +120,8 @@ ESCAPES = [
     "(cd {out}; touch sub)",
     "coproc touch {out}/co",
     "coproc N {{ touch {out}/co2; }}",
+    "history -w {out}/hist",
+    "hash -p /bin/touch t; t {out}/hashed",
 ]
 
 
