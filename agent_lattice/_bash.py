@@ -343,9 +343,7 @@ class _Reader:
             text = node.text.decode()
             inside = node.parent is not None and node.parent.type == "concatenation"
             return [text] if inside else _braces([text])
-        if kind == "arithmetic_expansion":
-            return None
-        return None
+        return None  # $(( )) and the rest: not followed
 
     def concatenate(
         self, parts: list[Node], state: _State, depth: int, *, split: bool
@@ -399,6 +397,8 @@ def _tilde(text: str, state: _State) -> list[str] | None:
     if not text.startswith("~"):
         return [text]
     head, sep, rest = text.partition("/")
+    if head in ("~+", "~-"):  # $PWD (relative to wherever the shell is); $OLDPWD: not followed
+        return ["." + sep + rest] if head == "~+" else None
     if head != "~":
         return [os.path.expanduser(head) + sep + rest]
     homes = state.variables.get("HOME") or {None}

@@ -120,6 +120,8 @@ ESCAPES = [
     "(cd {out}; touch sub)",
     "coproc touch {out}/co",
     "coproc N {{ touch {out}/co2; }}",
+    "echo x > ~+/../outside/plus",  # ~+ is $PWD, ~- is $OLDPWD
+    "cd {out}; cd ~-; cd ~-; touch minus",
     "history -w {out}/hist",
     "hash -p /bin/touch t; t {out}/hashed",
 ]
