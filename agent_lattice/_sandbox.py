@@ -200,7 +200,7 @@ def sandbox_problem(network: bool = True) -> str | None:
 
 
 _BASE_ARGS = (
-    *("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid"),
+    *("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-ipc"),
     # read-only files do not stop connect(): the sockets in /run (docker, systemd, dbus,
     # postgres) lead to servers that write anywhere, network or not. DNS may live there.
     *("--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"),

@@ -346,6 +346,25 @@ asyncio.run(main())
 """
 
 
+@pytest.fixture
+def shared_memory():
+    """A SysV shared memory segment of the host's, its id."""
+    made = subprocess.run(["ipcmk", "-M", "64"], capture_output=True, text=True, check=True)
+    shmid = made.stdout.split()[-1]
+    yield shmid
+    subprocess.run(["ipcrm", "-m", shmid], check=False)
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no OS sandbox: {NO_SANDBOX}")
+@pytest.mark.skipif(shutil.which("ipcmk") is None, reason="no ipcmk (util-linux) to make one")
+async def test_the_hosts_shared_memory_segments_are_out_of_reach(tmp_path, shared_memory):
+    """SysV shared memory (a database's, say) is not a file: a read-only mount does not
+    guard it, and the sandbox shared the host's."""
+    tools = {t.name: t for t in create_agent_workspace_tools(tmp_path, sandbox="required")}
+    seen = await bash(tools, "ipcs -m")
+    assert "Shared Memory" in seen.content and shared_memory not in seen.content.split()
+
+
 def private_tmps_holding(name: str) -> list[Path]:
     tmp = Path(tempfile.gettempdir())
     return [p for p in tmp.glob("lattice-bash-tmp-*") if (p / name).exists()]
