@@ -249,22 +249,21 @@ async def jail(
     settings: ShellSettings, *, cwd: Path, roots: Sequence[Path]
 ) -> tuple[list[str] | None, str | None]:
     """The bwrap words to put before ``bash -c`` (None: no sandbox), or why the command may
-    not run at all (``sandbox="required"`` where none works)."""
+    not run at all (``sandbox="required"`` or ``network=False`` where none works)."""
     if settings.sandbox == "off":
         return None, None
     problem = await asyncio.to_thread(sandbox_problem, settings.network)
     if problem is not None:
-        if settings.sandbox == "required":
-            message = (
-                f'Bash needs an OS sandbox (sandbox="required") and none works here: {problem}'
-            )
+        # network=False is a promise only the sandbox keeps: refused like "required"
+        needs = 'sandbox="required"' if settings.sandbox == "required" else "network=False"
+        if settings.sandbox == "required" or not settings.network:
+            message = f"Bash needs an OS sandbox ({needs}) and none works here: {problem}"
             _warn_once(message)
             return None, message
-        network = "" if settings.network else " and network=False cannot be enforced"
         _warn_once(
             f"Bash runs without an OS sandbox: {problem}. Writes are checked by the command "
-            f'parser only{network}; install bubblewrap, or pass sandbox="required" to refuse '
-            'to run without it (sandbox="off" silences this).'
+            'parser only; install bubblewrap, or pass sandbox="required" to refuse to run '
+            'without it (sandbox="off" silences this).'
         )
         return None, None
     words = [str(shutil.which("bwrap")), *_BASE_ARGS, "--die-with-parent", "--new-session"]

@@ -405,7 +405,7 @@ async def test_a_killed_worker_leaves_no_new_private_tmp_behind(var_tmp):
         ),
     ],
 )
-async def test_without_a_sandbox_auto_warns_once_and_required_refuses(
+async def test_without_a_sandbox_auto_warns_once_and_required_or_offline_refuses(
     tmp_path, monkeypatch, caplog, bwrap, reason
 ):
     bin_dir, log = tmp_path / "bin", tmp_path / "probes.log"
@@ -438,6 +438,11 @@ async def test_without_a_sandbox_auto_warns_once_and_required_refuses(
         assert not (tmp_path / "r" / "x").exists() and not (tmp_path / "x").exists()
         if bwrap is not None:
             assert log.read_text().count("probed") == 1
+        # network=False cannot be had without the sandbox: refused, not run online
+        offline = create_agent_workspace_tools(tmp_path / "n", network=False)[-1]
+        cut_off = await offline.invoke({"command": "touch x"}, ctx)
+        assert cut_off.is_error and "network=False" in cut_off.content, cut_off.content
+        assert reason in cut_off.content and not (tmp_path / "n" / "x").exists()
     finally:
         sandbox_problem.cache_clear()
 
