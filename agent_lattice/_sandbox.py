@@ -2,11 +2,12 @@
 
 The sandbox is bubblewrap (``bwrap``, Linux): the whole filesystem read-only, the workspace
 roots and the query's granted roots writable at their own paths, a private ``/tmp`` (one per
-workspace, kept between commands), its own process namespace (killing the command kills
-everything it started) and, with ``network=False``, no network. The write-boundary parser
-stays in front of it for a clear refusal; the kernel is the boundary. ``sandbox="auto"`` uses
-it where it works and otherwise says so once in the log and relies on the parser alone;
-``"required"`` refuses to run commands without it; ``"off"`` never uses it.
+workspace, kept between commands and worker restarts), its own process namespace (killing the
+command kills everything it started) and IPC namespace, no capabilities, and, with
+``network=False``, no network. The write-boundary parser stays in front of it for a clear
+refusal; the kernel is the boundary. ``sandbox="auto"`` uses it where it works and otherwise
+says so once in the log and relies on the parser alone (``network=False`` then refuses to run
+commands, as ``"required"`` does); ``"off"`` never uses it.
 
 The environment: a command's output goes to the model, the workflow history and the
 transcripts, so nothing that looks like a credential is passed on — the provider key,
