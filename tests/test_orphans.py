@@ -373,3 +373,46 @@ async def test_a_worker_in_another_pid_namespace_under_the_same_host_name_is_liv
         assert forced.out == f"interrupt sent to {workflow_id} (it was running)"
         result = await asyncio.wait_for(query, 10)
         assert result.subtype == "interrupted", result
+
+
+async def test_interrupt_force_on_a_shared_queue_leaves_the_other_runs_there_alone(
+    remote_runtime, fake_anthropic, lattice_server, tmp_path
+):
+    """Two runs wait on the shared queue of `lattice worker` (none runs); ending one with
+    --force must not touch the other (its model request failed "not registered" on the
+    agentless worker that --force runs), which goes on once a worker is back."""
+    fake_anthropic.set_handler(lambda _request: text("answered"))
+    name = f"shared{uuid.uuid4().hex[:8]}"
+
+    def make():
+        return create_agent(
+            name=name, base_url=fake_anthropic.base_url, api_key="test", model="claude-test"
+        )
+
+    target, other = make(), make()
+    ended = asyncio.ensure_future(target.prompt("one", runtime=remote_runtime))
+    waiting = asyncio.ensure_future(other.prompt("two", runtime=remote_runtime))
+    target_id = f"{name}-{target.session_id}-1"
+
+    async def started() -> bool:
+        try:
+            for agent in (target, other):
+                await remote_runtime.client.get_workflow_handle(
+                    f"{name}-{agent.session_id}-1"
+                ).describe()
+        except Exception:
+            return False
+        return True
+
+    await assert_eventually(started, within=10)
+    forced = Cli.run(
+        "interrupt", "--force", target_id, env=cli_env(lattice_server, fake_anthropic, tmp_path)
+    )
+    assert await asyncio.to_thread(forced.finish) == 0, forced
+    assert forced.out == f"{target_id} ended: interrupted (completed turns kept)"
+    assert (await asyncio.wait_for(ended, 10)).subtype == "interrupted"
+    assert not waiting.done()
+
+    async with create_worker(remote_runtime.client, [other], task_queue=other.task_queue):
+        result = await asyncio.wait_for(waiting, 20)
+    assert result.subtype == "success" and result.result == "answered", result

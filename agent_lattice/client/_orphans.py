@@ -280,9 +280,12 @@ async def end_orphan(
     client: Client, workflow_id: str, outcome: Awaitable[T], within: float
 ) -> T | None:
     """Serve a run's queues with no agent and interrupt it; ``outcome`` once it ended, or
-    None after ``within`` seconds (the run is then terminated)."""
+    None after ``within`` seconds (the run is then terminated). A shared queue's activities
+    are left alone: other runs wait there for their worker, and would fail here."""
     handle = client.get_workflow_handle(workflow_id)
-    async with serving(client, await run_queues(client, workflow_id), AgentRegistry()):
+    queues = await run_queues(client, workflow_id)
+    shared = [q for q in queues if owner_of(q) is None]
+    async with serving(client, queues, AgentRegistry(), workflow_only=shared):
         await handle.signal("interrupt")
         try:
             return await asyncio.wait_for(outcome, within)
@@ -295,19 +298,26 @@ async def end_orphan(
 
 @contextlib.asynccontextmanager
 async def serving(
-    client: Client, queues: Iterable[str], registry: AgentRegistry
+    client: Client,
+    queues: Iterable[str],
+    registry: AgentRegistry,
+    *,
+    workflow_only: Iterable[str] = (),
 ) -> AsyncIterator[None]:
-    """Workers on exactly ``queues`` with ``registry``'s agents while the block runs.
+    """Workers on exactly ``queues`` with ``registry``'s agents while the block runs (on
+    ``workflow_only`` queues, no activities are taken).
 
     An empty registry serves the workflow code only: each activity then fails with
     ``AgentNotRegistered`` (non-retryable), which is how ``lattice interrupt --force`` ends
     a run whose definition it does not have."""
+    no_activities = set(workflow_only)
     workers = [
         Worker(
             client,
             task_queue=queue,
             plugins=[LatticePlugin(registry)],
             sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
+            no_remote_activities=queue in no_activities,
         )
         for queue in dict.fromkeys(queues)
     ]
