@@ -121,9 +121,9 @@ def handler(*replies: Reply, summary: str = "The user asked for 2+2; calculator 
     return handle
 
 
-async def test_threshold_compaction_between_turns(make_agent, fake_anthropic):
-    replaced: list[list[ModelMessage]] = []
-    store = define_history_store(load=list, append=lambda m: None, replace=replaced.append)
+def compacting_between_turns(make_agent, fake_anthropic, **options):
+    """An agent whose tool call reads 500 tokens, past its 100-token threshold: the
+    conversation is compacted (the last 2 messages kept) before the next request."""
     fake_anthropic.set_handler(
         handler(
             tool_use(
@@ -132,11 +132,17 @@ async def test_threshold_compaction_between_turns(make_agent, fake_anthropic):
             text("4, as computed.", usage={"input_tokens": 20, "output_tokens": 4}),
         )
     )
-    agent = make_agent(
+    return make_agent(
         tools=[make_calculator()],
         auto_compact={"threshold_tokens": 100, "keep_recent_messages": 2},
-        history_store=store,
+        **options,
     )
+
+
+async def test_threshold_compaction_between_turns(make_agent, fake_anthropic):
+    replaced: list[list[ModelMessage]] = []
+    store = define_history_store(load=list, append=lambda m: None, replace=replaced.append)
+    agent = compacting_between_turns(make_agent, fake_anthropic, history_store=store)
 
     messages = await collect(agent.query("What is 2+2?"))
 
@@ -228,18 +234,7 @@ def test_auto_compact_options_are_checked():
 async def test_a_summary_request_keeps_the_roles_alternating(make_agent, fake_anthropic):
     """An interrupted query leaves its prompt unanswered, then the next prompt follows: the
     summary request merges them into one user message too (providers reject two in a row)."""
-    fake_anthropic.set_handler(
-        handler(
-            tool_use(
-                "calculator", {"expr": "2+2"}, usage={"input_tokens": 500, "output_tokens": 5}
-            ),
-            text("4, as computed.", usage={"input_tokens": 20, "output_tokens": 4}),
-        )
-    )
-    agent = make_agent(
-        tools=[make_calculator()],
-        auto_compact={"threshold_tokens": 100, "keep_recent_messages": 2},
-    )
+    agent = compacting_between_turns(make_agent, fake_anthropic)
     await agent.replace_history(
         [
             ModelMessage(role="user", content="Hello."),
