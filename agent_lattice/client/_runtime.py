@@ -481,10 +481,6 @@ class Runtime:
         async with serving(self.client, queues, self._registry):
             await self._output(state.workflow_id)
 
-    async def run_served(self, workflow_id: str) -> bool:
-        """Whether a live worker serves the running ``workflow_id`` (see ``_orphans``)."""
-        return (await run_state(self.client, workflow_id)).served
-
     async def end_orphan(self, workflow_id: str, within: float = 60.0) -> ResultMessage | None:
         """End a run no worker serves (``lattice interrupt --force``), keeping its completed
         turns: serve its queues here with no agent (workflow code only: an activity fails
