@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every example script, about a minute and a half
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 # What each example must print (a line, or several in a tuple).

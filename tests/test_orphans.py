@@ -35,6 +35,8 @@ from agent_lattice.worker import create_worker
 
 from conftest import child_ids
 
+pytestmark = pytest.mark.slow  # real processes killed, servers restarted
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 PROMPT = "Record A, then answer."

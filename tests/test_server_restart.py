@@ -32,6 +32,8 @@ from agent_lattice.testing import (
     tool_use,
 )
 
+pytestmark = pytest.mark.slow  # real processes killed, servers restarted
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "tests/outage_app.py:agent"
 # Temporal Core gives up on a call (an activity's completion among them) after ~10 s
