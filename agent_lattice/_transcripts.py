@@ -9,7 +9,10 @@ Large tool results are stored once as blobs and travel as references
 caller sees them.
 
 Writes are idempotent (the same content gives the same keys), so an activity retried after a
-crash writes nothing twice. Where it lives: SQLite under ``LATTICE_HOME`` by default (every
+crash writes nothing twice. The store also keeps each finished tool call's result under its
+idempotency key (``lattice_tool_calls``), so a call whose completion was lost with its worker is
+answered from that record rather than run again. Like everything here those rows are kept with
+the transcripts: nothing is deleted today. Where it lives: SQLite under ``LATTICE_HOME`` by default (every
 process on one machine shares it); set ``LATTICE_TRANSCRIPT_DSN=postgresql://...`` when
 workers run on several hosts.
 """
@@ -122,6 +125,19 @@ class TranscriptStore:
             raise TranscriptMissing(_missing("tool result", ref))
         return data
 
+    async def tool_call(self, key: str) -> tuple[bool, str | None]:
+        """The record of the tool call with idempotency key ``key``: whether it started (only
+        calls that mark their start say so) and its result (JSON), when it finished."""
+        row = await asyncio.to_thread(self._get_tool_call, key)
+        return (row is not None, row[0] if row else None)
+
+    async def tool_call_started(self, key: str) -> None:
+        await asyncio.to_thread(self._put_tool_call, key, None)
+
+    async def tool_call_finished(self, key: str, result: str) -> None:
+        """Record a call's result; the first one recorded stays (a late attempt changes nothing)."""
+        await asyncio.to_thread(self._put_tool_call, key, result)
+
     async def externalize(self, block: ToolResultBlock) -> ToolResultBlock:
         """A large result as a reference with a short preview; small ones unchanged."""
         data = json.dumps(block.content, ensure_ascii=False)
@@ -146,6 +162,12 @@ class TranscriptStore:
     def _get_blob(self, ref: str) -> str | None:
         raise NotImplementedError
 
+    def _put_tool_call(self, key: str, result: str | None) -> None:
+        raise NotImplementedError
+
+    def _get_tool_call(self, key: str) -> tuple[str | None] | None:
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -168,6 +190,20 @@ SELECT b.body FROM chain c JOIN lattice_chunks b ON b.hash = c.chunk ORDER BY c.
 """
 
 
+# One row per tool call that recorded its start or its result (result NULL: started only).
+# recorded_at (epoch seconds) is there for a cleanup that does not exist yet: rows are kept.
+_TOOL_CALLS_SQL = (
+    "CREATE TABLE IF NOT EXISTS lattice_tool_calls (call_key TEXT PRIMARY KEY, result TEXT,"
+    " recorded_at {real} NOT NULL DEFAULT {now});"
+)
+# a result replaces a start mark, never another result
+_PUT_TOOL_CALL_SQL = (
+    "INSERT INTO lattice_tool_calls (call_key, result) VALUES ({p}, {p}) ON CONFLICT (call_key)"
+    " DO UPDATE"
+    " SET result = excluded.result WHERE lattice_tool_calls.result IS NULL"
+)
+
+
 class SqliteTranscriptStore(TranscriptStore):
     """The embedded default: one SQLite file (WAL) shared by the processes of a machine."""
 
@@ -181,6 +217,9 @@ class SqliteTranscriptStore(TranscriptStore):
                 "CREATE TABLE IF NOT EXISTS lattice_links (head TEXT PRIMARY KEY, parent TEXT,"
                 " chunk TEXT NOT NULL);"
                 "CREATE TABLE IF NOT EXISTS lattice_blobs (ref TEXT PRIMARY KEY, data TEXT NOT NULL);"
+                + _TOOL_CALLS_SQL.format(
+                    real="REAL", now="((julianday('now') - 2440587.5) * 86400.0)"
+                )
             )
 
     def _connect(self) -> sqlite3.Connection:
@@ -222,6 +261,16 @@ class SqliteTranscriptStore(TranscriptStore):
         )
         return row[0] if row else None
 
+    def _put_tool_call(self, key: str, result: str | None) -> None:
+        self._connect().execute(_PUT_TOOL_CALL_SQL.format(p="?"), (key, result))
+
+    def _get_tool_call(self, key: str) -> tuple[str | None] | None:
+        return (
+            self._connect()
+            .execute("SELECT result FROM lattice_tool_calls WHERE call_key = ?", (key,))
+            .fetchone()
+        )
+
 
 class PostgresTranscriptStore(TranscriptStore):
     """For workers on several hosts (``LATTICE_TRANSCRIPT_DSN``); needs psycopg."""
@@ -242,6 +291,7 @@ class PostgresTranscriptStore(TranscriptStore):
                 "CREATE TABLE IF NOT EXISTS lattice_links (head text PRIMARY KEY, parent text,"
                 " chunk text NOT NULL);"
                 "CREATE TABLE IF NOT EXISTS lattice_blobs (ref text PRIMARY KEY, data text NOT NULL);"
+                + _TOOL_CALLS_SQL.format(real="double precision", now="extract(epoch from now())")
             )
 
     def _connect(self) -> Any:
@@ -281,6 +331,16 @@ class PostgresTranscriptStore(TranscriptStore):
             .fetchone()
         )
         return row[0] if row else None
+
+    def _put_tool_call(self, key: str, result: str | None) -> None:
+        self._connect().execute(_PUT_TOOL_CALL_SQL.format(p="%s"), (key, result))
+
+    def _get_tool_call(self, key: str) -> tuple[str | None] | None:
+        return (
+            self._connect()
+            .execute("SELECT result FROM lattice_tool_calls WHERE call_key = %s", (key,))
+            .fetchone()
+        )
 
 
 _STORES: dict[str, TranscriptStore] = {}

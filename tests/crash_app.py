@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -66,6 +67,35 @@ def build_agent(base_url: str):
             tool("block", "Record a note slowly", Note, block, idempotent=True),
             tool("once", "Record a note once", Note, once),
         ],
+    )
+
+
+def charge(input: Note) -> ToolResult:
+    """Not idempotent, and quick: what takes time is the audit after it (below)."""
+    _record(f"charge:{input.text}")
+    return ToolResult(content=f"charged {input.text}")
+
+
+async def audit(ctx) -> None:
+    """An on_tool_result hook that writes each result to an audit log, slowly the first time:
+    the test kills the worker while it writes, after the tool ran and its result was
+    recorded."""
+    line = f"audit:{ctx.tool_name}:{ctx.result.content}"
+    if _record(line).count(line) == 1:
+        await asyncio.sleep(3)
+
+
+def build_audited_agent(base_url: str):
+    return create_agent(
+        name="audited",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        tools=[
+            tool("charge", "Charge a card", Note, charge),
+            tool("tally", "Count a note", Note, record, cheap=True),
+        ],
+        hooks={"on_tool_result": audit},
     )
 
 
@@ -142,12 +172,16 @@ async def _serve(address: str, base_url: str) -> None:
     runtime = await Runtime.connect(address, inline_workers=False)
     agents = [
         build_agent(base_url),
+        build_audited_agent(base_url),
         build_compacting_agent(base_url),
         build_supervisor(base_url),
         build_team(base_url).lead,
     ]
+    # a test that waits out a killed worker's sticky queue may shorten it (default 10 s)
+    sticky = float(os.environ.get("LATTICE_TEST_STICKY_S", "10"))
+    options = {"sticky_queue_schedule_to_start_timeout": timedelta(seconds=sticky)}
     async with AsyncExitStack() as stack:
-        for worker in create_workers(runtime.client, agents):
+        for worker in create_workers(runtime.client, agents, **options):
             await stack.enter_async_context(worker)
         print("ready", flush=True)
         await asyncio.Event().wait()

@@ -26,7 +26,13 @@ from agent_lattice.testing import (
 )
 
 from conftest import keep_history
-from crash_app import build_agent, build_compacting_agent, build_supervisor, build_team
+from crash_app import (
+    build_agent,
+    build_audited_agent,
+    build_compacting_agent,
+    build_supervisor,
+    build_team,
+)
 
 HERE = Path(__file__).parent
 
@@ -180,6 +186,46 @@ async def test_kill_mid_tool_that_is_not_idempotent_tells_the_model_it_did_not_f
     (answer,) = fake_anthropic.requests[-1].tool_results
     assert answer["is_error"] is True
     assert "Tool 'once' did not finish: its worker stopped responding" in str(answer["content"])
+    assert len(fake_anthropic.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "effect", "real"),
+    [("charge", "charge:D", "charged D"), ("tally", "record:D", "recorded D")],
+    ids=["not-idempotent", "cheap"],
+)
+async def test_kill_after_a_tool_finished_answers_from_its_record(
+    remote_runtime, fake_anthropic, workers, effects, name, effect, real, monkeypatch
+):
+    """The worker dies after the tool ran, while its on_tool_result hook (a slow audit log)
+    still works: Temporal never heard the call finished. The call is answered with the tool's
+    real result, recorded under its idempotency key, and the tool does not run again (before:
+    a tool not marked idempotent told the model it "did not finish"; a cheap one, a local
+    activity, ran twice)."""
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use(name, {"text": "D"})
+        return text("noted")
+
+    fake_anthropic.set_handler(model)
+    monkeypatch.setenv("LATTICE_TEST_STICKY_S", "2")  # the killed worker's queue, not waited on
+    agent = build_audited_agent(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(agent.prompt("Do D once.", runtime=remote_runtime))
+
+    # the hook runs after the result was recorded: kill the worker while it sleeps
+    await assert_eventually(lambda: f"audit:{name}:" in effects.read_text(), within=30)
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "noted"
+    lines = effects.read_text().splitlines()
+    assert lines.count(effect) == 1  # the tool ran once
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["content"] == real and not answer.get("is_error")
+    assert lines.count(f"audit:{name}:{real}") == 2  # the recorded result passed the hook again
     assert len(fake_anthropic.requests) == 2
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import uuid
 
 import pytest
 
@@ -159,3 +161,22 @@ async def test_transcript_stores_are_content_addressed_and_idempotent(kind, tmp_
     ref = await store.externalize(big)
     assert ref.content_ref and len(ref.content) < 300
     assert json.loads(await store.get_blob(ref.content_ref)) == big.content
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_tool_call_records_keep_the_first_result(kind, tmp_path):
+    """A finished tool call's result under its idempotency key: a start mark gives way to
+    the result, a later attempt's result does not replace the first."""
+    if kind == "sqlite":  # a store made before the table existed gets it when opened
+        with sqlite3.connect(tmp_path / "t.db") as db:
+            db.execute("CREATE TABLE lattice_blobs (ref TEXT PRIMARY KEY, data TEXT NOT NULL)")
+    store = _store(kind, tmp_path)
+    key = f"wf-{uuid.uuid4().hex}/toolu_1"
+    assert await store.tool_call(key) == (False, None)
+    await store.tool_call_started(key)
+    assert await store.tool_call(key) == (True, None)
+    await store.tool_call_finished(key, '{"content": "first"}')
+    await store.tool_call_finished(key, '{"content": "second"}')
+    await store.tool_call_started(key)
+    assert await store.tool_call(key) == (True, '{"content": "first"}')
+    assert await store.tool_call(f"{key}x") == (False, None)

@@ -59,6 +59,7 @@ from ..workflows._types import (
 )
 from ._tools import (
     DEFAULT_TOOL_THREADS,
+    CallRecord,
     ToolThreads,
     invalid_input,
     permission_denial,
@@ -240,12 +241,17 @@ class AgentActivities:
         tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
         threads = self._threads.executor
-        async with _heartbeating(), _quiet_when_abandoned():
-            result = (
+        record = CallRecord(self._transcripts, ctx, idempotent=definition.idempotent)
+
+        async def run() -> ToolResult:
+            return (
                 invalid_input(use)
                 or await permission_denial(agent, use.name, use.input, ctx, threads)
                 or await definition.invoke(use.input, ctx, executor=threads)
             )
+
+        async with _heartbeating(), _quiet_when_abandoned():
+            result = await record.answer() or await record.run(run)
             return await self._settle(agent, use, result, tracer)
 
     async def _settle(

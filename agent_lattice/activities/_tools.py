@@ -1,22 +1,34 @@
 """Host code around a tool call, run by the tool activities: its context, the permission
-callback, and the threads that run sync handlers off the worker's event loop."""
+callback, the threads that run sync handlers off the worker's event loop, and the record of
+each call's result that answers a retry without running the tool again."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from .._errors import ConfigurationError
 from .._tools import PermissionRequest, ToolContext, ToolResult, run_off_loop
+from ..workflows._failures import WORKER_LOST, did_not_finish, past_timeout
 from ..workflows._types import DelegateCallInput, ToolCallInput
 
 if TYPE_CHECKING:
     from .._agent import Agent
     from .._messages import ToolUseBlock
+    from .._transcripts import TranscriptStore
 
-__all__ = ["DEFAULT_TOOL_THREADS", "ToolThreads", "invalid_input", "permission_denial"]
+__all__ = [
+    "DEFAULT_TOOL_THREADS",
+    "CallRecord",
+    "ToolThreads",
+    "invalid_input",
+    "permission_denial",
+]
 
 # sync tool handlers (and permission callbacks) a worker runs at once; more wait for a thread
 DEFAULT_TOOL_THREADS = 32
@@ -94,3 +106,73 @@ async def permission_denial(
         else getattr(decision, "message", None)
     ) or (f"Permission to use {tool_name!r} was denied.")
     return ToolResult(content=message, is_error=True)
+
+
+class CallRecord:
+    """A tool call's result kept in the transcript store under its idempotency key, written as
+    soon as the handler returns (before the ``on_tool_result`` hook and the trace event).
+
+    A worker can die, or lose the server past the heartbeat timeout, after the handler ran
+    and before Temporal recorded the call's completion; the call's second attempt then finds
+    the result here and answers with it. A local activity (a ``cheap`` tool) has no attempt
+    of its own in the history: a crash before its workflow task completed runs it again from
+    attempt 1, so every cheap call looks here first, and a cheap tool that is not idempotent
+    also marks its start, so that a run found started but unfinished is not run again.
+    """
+
+    def __init__(self, store: TranscriptStore, ctx: ToolContext, *, idempotent: bool) -> None:
+        self._store, self._ctx, self._idempotent = store, ctx, idempotent
+        info = activity.info()
+        self._info = info
+        self._marks_start = info.is_local and not idempotent
+
+    async def answer(self) -> ToolResult | None:
+        """The call's answer without running its tool (None: run it)."""
+        info = self._info
+        if not (info.is_local or info.attempt > 1):
+            return None
+        started, recorded = await self._store.tool_call(self._ctx.idempotency_key)
+        if recorded is not None:
+            return ToolResult.model_validate_json(recorded)
+        if self._idempotent or not (info.attempt > 1 or started):
+            return None
+        why = WORKER_LOST if info.attempt == 1 else _first_attempt_cut_off(info)
+        return ToolResult(content=did_not_finish(self._ctx.tool_name, why), is_error=True)
+
+    async def run(self, call: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+        """``call``'s result, recorded. A tool that is not idempotent never gets another
+        attempt that could run it: a failure around its handler (the permission callback, the
+        record) is final, and the workflow tells the model the call did not finish."""
+        key = self._ctx.idempotency_key
+        try:
+            if self._marks_start:
+                await self._store.tool_call_started(key)
+            result = await call()
+            # ensure_ascii=False: text the transcript could not keep fails here, not later
+            data = json.dumps(result.model_dump(mode="json"), ensure_ascii=False)
+            await self._store.tool_call_finished(key, data)
+        except ApplicationError:
+            raise
+        except Exception as err:
+            if self._idempotent:
+                raise
+            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+        return result
+
+
+def _first_attempt_cut_off(info: activity.Info) -> str:
+    """Why the first attempt ended, as well as its retry can tell: Temporal hands an attempt
+    no failure of the one before. The first attempt took the time from the call's scheduling
+    to this attempt's (a local activity's retry has only its start), less the retry's wait;
+    about the timeout means the timeout cut it, less means its worker was lost (a heartbeat
+    timeout, or a worker that stopped)."""
+    timeout = info.start_to_close_timeout
+    if timeout is None:
+        return WORKER_LOST
+    now = info.started_time if info.is_local else info.current_attempt_scheduled_time
+    took = now - info.scheduled_time
+    if info.retry_policy is not None:
+        took -= info.retry_policy.initial_interval
+    seconds = timeout.total_seconds()
+    # 5 % off for clocks: a timeout fires at its deadline or after
+    return past_timeout(seconds) if took.total_seconds() >= 0.95 * seconds else WORKER_LOST

@@ -121,13 +121,14 @@ class LatticePlugin(SimplePlugin):
 def create_mailbox_worker(client: Client, **options: object) -> Worker:
     """A worker for the team mailbox workflows (``create_workflow_mailbox``) of this task
     queue namespace. Any lattice process can host them: they hold no process's objects."""
+    # Short-lived processes (a `lattice team` command, a script) host mailboxes too: when
+    # one has gone, the next process should not wait long on its sticky queue. (A value
+    # given to create_workers() wins: it was a TypeError.)
+    options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
     return Worker(
         client,
         task_queue=mailbox_task_queue(),
         workflows=[TeamMailboxWorkflow],
-        # Short-lived processes (a `lattice team` command, a script) host mailboxes too: when
-        # one has gone, the next process should not wait long on its sticky queue.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
         ),

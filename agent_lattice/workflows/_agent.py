@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._tools import SUBMIT_OUTPUT_TOOL_NAME
     from ._children import signal_quietly, start_query
-    from ._failures import cut_off, error_info, gave_up
+    from ._failures import cut_off, did_not_finish, error_info, gave_up
     from ._types import (
         ActivitySettings,
         AgentRunInput,
@@ -647,10 +647,12 @@ class AgentWorkflow:
         call = self._call_input(use)
         name = call.tool_use.name
         timeout = input.agent.tool_timeouts.get(name, s.tool_timeout_s)
-        # A call cut off (past its timeout, or its worker lost) may have had its side effect:
-        # only a tool marked idempotent runs again, once; the model hears the others did not
-        # finish. (Retry policies are not part of Temporal's determinism check.)
-        attempts = 2 if name in input.agent.idempotent_tools else 1
+        # A call cut off (past its timeout, or its worker lost) may have had its side effect.
+        # Its second attempt first looks for the result the call recorded (the worker died
+        # before Temporal heard of it); else only a tool marked idempotent runs again, and
+        # the others answer that they did not finish. (Retry policies are not part of
+        # Temporal's determinism check.)
+        idempotent = name in input.agent.idempotent_tools
         try:
             if name in input.agent.cheap_tools:
                 return await workflow.execute_local_activity(
@@ -659,7 +661,7 @@ class AgentWorkflow:
                     result_type=ToolCallOutput,
                     start_to_close_timeout=timedelta(seconds=timeout),
                     retry_policy=RetryPolicy(
-                        maximum_attempts=attempts,
+                        maximum_attempts=2,
                         non_retryable_error_types=["AgentNotRegistered", "HookError"],
                     ),
                     summary=f"{input.agent.name} · tool {name}",
@@ -675,7 +677,7 @@ class AgentWorkflow:
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=s.retry_initial_s),
                     maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-                    maximum_attempts=attempts,
+                    maximum_attempts=2,
                     non_retryable_error_types=["AgentNotRegistered", "HookError"],
                 ),
                 summary=f"{input.agent.name} · tool {name}",
@@ -689,11 +691,8 @@ class AgentWorkflow:
             why = cut_off(err, timeout)
             if why is None:
                 return self._could_not_run(call.tool_use, err)
-            tried = " (tried twice)" if attempts > 1 else ""
-            message = (
-                f"Tool {name!r} did not finish: {why}{tried}. Whether it took effect is "
-                "unknown: check before calling it again."
-            )
+            # here the second attempt could not run at all (or never got to answer)
+            message = did_not_finish(name, why, tried_twice=idempotent)
             block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
             return self._made([ToolCallOutput(block=block)])[0]
 

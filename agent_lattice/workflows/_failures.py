@@ -8,7 +8,23 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from .._messages import ErrorInfo
 
-__all__ = ["cut_off", "error_info", "gave_up"]
+__all__ = ["WORKER_LOST", "cut_off", "did_not_finish", "error_info", "gave_up", "past_timeout"]
+
+WORKER_LOST = "its worker stopped responding (it crashed or was cut off)"
+
+
+def past_timeout(timeout_s: float) -> str:
+    return f"it ran past its {timeout_s:g} s timeout"
+
+
+def did_not_finish(tool_name: str, why: str, *, tried_twice: bool = False) -> str:
+    """What the model hears of a call that may or may not have taken effect (the workflow says
+    it when the call's activity failed; the call's last attempt when it found no record)."""
+    tried = " (tried twice)" if tried_twice else ""
+    return (
+        f"Tool {tool_name!r} did not finish: {why}{tried}. Whether it took effect is "
+        "unknown: check before calling it again."
+    )
 
 
 def gave_up(err: BaseException, budget_s: float) -> ErrorInfo | None:
@@ -43,8 +59,8 @@ def cut_off(err: BaseException, timeout_s: float) -> str | None:
     cause = _root(err)
     if isinstance(cause, ActivityTimeout):
         if cause.type == TimeoutType.HEARTBEAT:
-            return "its worker stopped responding (it crashed or was cut off)"
-        return f"it ran past its {timeout_s:g} s timeout"
+            return WORKER_LOST
+        return past_timeout(timeout_s)
     if isinstance(cause, ApplicationError) and cause.type == "Abandoned":
         return "its worker stopped while it ran"
     if isinstance(cause, ApplicationError) and cause.type == "AgentNotRegistered":
