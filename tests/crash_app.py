@@ -94,6 +94,7 @@ def build_audited_agent(base_url: str):
         tools=[
             tool("charge", "Charge a card", Note, charge),
             tool("tally", "Count a note", Note, record, cheap=True),
+            tool("once_cheap", "Record a note once, locally", Note, once, cheap=True),
         ],
         hooks={"on_tool_result": audit},
     )

@@ -229,6 +229,37 @@ async def test_kill_after_a_tool_finished_answers_from_its_record(
     assert len(fake_anthropic.requests) == 2
 
 
+async def test_kill_mid_cheap_tool_that_is_not_idempotent_does_not_run_it_again(
+    remote_runtime, fake_anthropic, workers, effects, monkeypatch
+):
+    """A cheap tool runs as a local activity, which a crash starts again from scratch on the
+    next worker (it ran twice): a call that marked its start and left no result now tells
+    the model it did not finish."""
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use("once_cheap", {"text": "E"})
+        return text("noted")
+
+    fake_anthropic.set_handler(model)
+    monkeypatch.setenv("LATTICE_TEST_STICKY_S", "2")
+    agent = build_audited_agent(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(agent.prompt("Record E once.", runtime=remote_runtime))
+
+    await assert_eventually(lambda: "once-start:E" in effects.read_text(), within=30)
+    first.kill()
+    await workers()
+    result = await asyncio.wait_for(query, 60)
+
+    assert result.subtype == "success" and result.result == "noted"
+    ran = [line for line in effects.read_text().splitlines() if line.startswith("once-")]
+    assert ran == ["once-start:E"]  # never started again
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["is_error"] is True
+    assert "Tool 'once_cheap' did not finish: its worker stopped responding" in answer["content"]
+
+
 async def test_kill_mid_compaction_neither_loses_history_nor_compacts_twice(
     remote_runtime, fake_anthropic, workers, effects
 ):
