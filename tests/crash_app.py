@@ -93,6 +93,7 @@ def build_audited_agent(base_url: str):
         model="claude-test",
         tools=[
             tool("charge", "Charge a card", Note, charge),
+            tool("charge_safely", "Charge a card, deduplicated", Note, charge, idempotent=True),
             tool("tally", "Count a note", Note, record, cheap=True),
             tool("once_cheap", "Record a note once, locally", Note, once, cheap=True),
         ],

@@ -191,8 +191,12 @@ async def test_kill_mid_tool_that_is_not_idempotent_tells_the_model_it_did_not_f
 
 @pytest.mark.parametrize(
     ("name", "effect", "real"),
-    [("charge", "charge:D", "charged D"), ("tally", "record:D", "recorded D")],
-    ids=["not-idempotent", "cheap"],
+    [
+        ("charge", "charge:D", "charged D"),
+        ("charge_safely", "charge:D", "charged D"),
+        ("tally", "record:D", "recorded D"),
+    ],
+    ids=["not-idempotent", "idempotent", "cheap"],
 )
 async def test_kill_after_a_tool_finished_answers_from_its_record(
     remote_runtime, fake_anthropic, workers, effects, name, effect, real, monkeypatch
@@ -200,8 +204,8 @@ async def test_kill_after_a_tool_finished_answers_from_its_record(
     """The worker dies after the tool ran, while its on_tool_result hook (a slow audit log)
     still works: Temporal never heard the call finished. The call is answered with the tool's
     real result, recorded under its idempotency key, and the tool does not run again (before:
-    a tool not marked idempotent told the model it "did not finish"; a cheap one, a local
-    activity, ran twice)."""
+    a tool not marked idempotent told the model it "did not finish"; an idempotent one ran
+    again, and so did a cheap one, a local activity)."""
 
     def model(request: RecordedRequest) -> Reply:
         if not request.tool_results:
