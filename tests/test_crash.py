@@ -34,6 +34,8 @@ from crash_app import (
     build_team,
 )
 
+pytestmark = pytest.mark.slow  # real processes killed
+
 HERE = Path(__file__).parent
 
 

@@ -451,6 +451,7 @@ def first_answer_killed(kill: threading.Event, path: Path, seen: list[list[str]]
     return model
 
 
+@pytest.mark.slow
 async def test_a_retried_model_request_is_stored_once(
     remote_runtime, fake_anthropic, workers, tmp_path
 ):
@@ -530,6 +531,7 @@ async def caught_up(result, session: str, store, later) -> None:
     assert stored == await later.get_history()
 
 
+@pytest.mark.slow
 async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up(
     remote_runtime, fake_anthropic, workers, app_env, tmp_path, lattice_server
 ):
@@ -554,6 +556,7 @@ async def test_a_killed_client_leaves_what_landed_and_a_later_process_catches_up
     assert len(fake_anthropic.requests[-1].messages) == 5
 
 
+@pytest.mark.slow
 async def test_a_killed_inline_client_s_run_is_adopted_and_its_store_caught_up(
     lattice_runtime, fake_anthropic, app_env, tmp_path, lattice_server
 ):

@@ -32,6 +32,7 @@ asyncio.run(main())
 OUTAGE_S = 10.0
 
 
+@pytest.mark.slow
 async def test_a_tool_that_finished_during_a_long_outage_keeps_its_result(
     home: Path,  # noqa: F811
     env: dict[str, str],  # noqa: F811
