@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from agent_lattice.testing._fake_server import (
+from agent_lattice.testing import (
     FakeAnthropicServer,
     RecordedRequest,
     Reply,

@@ -6,8 +6,10 @@ in ``conftest.py`` (needs pytest-asyncio).
 
 from ._conformance import SAMPLE_CONVERSATION, check_history_store_conformance
 from ._fake_ingest import FakeTracingServer
-from ._fake_server import (
-    FakeAnthropicServer,
+from ._fake_server import FakeAnthropicServer
+from ._helpers import FAST_SETTINGS, assert_eventually, collect
+from ._mailbox_conformance import check_mailbox_conformance
+from ._script import (
     Handler,
     RecordedRequest,
     Reply,
@@ -27,8 +29,6 @@ from ._fake_server import (
     tool_use,
     tool_use_block,
 )
-from ._helpers import FAST_SETTINGS, assert_eventually, collect
-from ._mailbox_conformance import check_mailbox_conformance
 
 __all__ = [
     "FAST_SETTINGS",
