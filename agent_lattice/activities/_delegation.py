@@ -1,0 +1,311 @@
+"""Delegation activities: an agent tool's child query prepared and its answer taken back,
+and the mailbox record of an ``ask`` to a team member."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from .._delegation import Delegation
+from .._loop import text_of
+from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
+from .._messages import ModelMessage
+from .._tools import ToolResult
+from .._transcripts import run_transcript
+from .._workspace import Boundary
+from ..client._mailbox import WorkflowMailbox
+from ..workflows._refs import agent_ref, request_options, workflow_id_for
+from ..workflows._types import (
+    AgentRunInput,
+    AgentRunOutput,
+    DelegateCallInput,
+    DelegatePrepared,
+    Handoff,
+    TeamRunInput,
+    ToolCallOutput,
+    TraceParent,
+)
+from ._base import ActivitiesBase
+from ._tools import invalid_input, permission_denial, tool_context
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+
+class DelegationActivities(ActivitiesBase):
+    """The activities around an agent tool's child workflow."""
+
+    @activity.defn(name="lattice.delegate_prepare")
+    async def delegate_prepare(self, input: DelegateCallInput) -> DelegatePrepared:
+        """Before an agent tool's child workflow: permission, input validation and mapping,
+        the child's session and transcript (a local activity: its outcome is recorded once)."""
+        parent = self._agent(input.agent_key, input.session_id)
+        use = input.tool_use
+        delegation = delegation_of(parent, use.name)
+        tracer = self._tracer(parent, input.session_id, input.run_id, input.trace_seq)
+        await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
+
+        async def refuse(result: ToolResult) -> DelegatePrepared:
+            return DelegatePrepared(result=await self._settle(parent, use, result, tracer))
+
+        ctx = tool_context(parent, input)
+        denial = invalid_input(use) or await permission_denial(
+            parent, use.name, use.input, ctx, self._threads.executor
+        )
+        if denial is not None:
+            return await refuse(denial)
+        definition = parent.tool(use.name)
+        assert definition is not None
+        try:
+            parsed = definition.parse_input(use.input)
+            writable = Boundary.of(
+                parent.workspace or ".", [parent.workspace] if parent.workspace else []
+            ).with_grants(input.workspace_grants)
+            accepted, refused = delegation.grants_of(parsed, writable.covers)
+            prompt = delegation.prompt_of(parsed, refused)
+        except (ValueError, TypeError) as err:
+            return await refuse(
+                ToolResult(content=f"Invalid input for tool {use.name!r}: {err}", is_error=True)
+            )
+        if isinstance(prompt, ToolResult):
+            return await refuse(prompt)
+        handoff = delegation.team is not None and getattr(parsed, "mode", "ask") == "handoff"
+        if handoff and input.team_workflow_id is None:
+            return await refuse(
+                ToolResult(
+                    content='handoff_unsupported: mode "handoff" runs through the team runtime: '
+                    'call team.query()/team.prompt(), or use mode "ask".',
+                    is_error=True,
+                )
+            )
+        info = activity.info()
+        grants = [str(writable.resolve(r)) for r in accepted]
+        if not handoff:
+            started = await self._start_child(
+                delegation,
+                prompt,
+                seed=f"{info.workflow_id}/{use.id}",
+                queue=info.task_queue,
+                context=input.context,
+                grants=grants,
+                parent_session=input.session_id,
+                trace_parent=TraceParent(run_id=input.run_id or "", tool_use_id=use.id),
+            )
+            if isinstance(started, ToolResult):
+                return await refuse(started)
+            child_input, workflow_id, queue, team_child = started
+            if delegation.team is not None and delegation.member is not None:
+                asked = TeamMessage(
+                    id=member_message_id(f"{info.workflow_id}/{use.id}"),
+                    from_mailbox=mailbox_id(delegation.team, "lead"),
+                    to_mailbox=mailbox_id(delegation.team, delegation.member),
+                    body=prompt if isinstance(prompt, str) else json.dumps(prompt),
+                    status="processing",
+                    metadata={"mode": "ask", "tool_use_id": use.id, "workspace_grants": grants},
+                )
+                await _record_ask(parent, lambda mailbox: mirror(mailbox, asked))
+            return DelegatePrepared(
+                child=child_input, workflow_id=workflow_id, task_queue=queue, team_child=team_child
+            )
+        assert delegation.team is not None and delegation.member is not None
+        seed = f"{info.workflow_id}/{use.id}"
+        ids = {
+            "message_id": member_message_id(seed),
+            "work_item_id": f"wi_{uuid.uuid5(_DELEGATION_NS, seed + '/w').hex[:20]}",
+        }
+        ids["thread_id"] = ids["message_id"]
+        receipt = {
+            "status": "accepted",
+            "phase": "queued",
+            "completion_pending": True,
+            "member": delegation.member,
+            **ids,
+        }
+        settled = await self._settle(parent, use, ToolResult(content=json.dumps(receipt)), tracer)
+        return DelegatePrepared(
+            result=settled,
+            handoff=Handoff(
+                team=delegation.team,
+                member=delegation.member,
+                tool_use_id=use.id,
+                tool_name=use.name,
+                lead_key=input.agent_key,
+                lead_session_id=input.session_id,
+                lead_workflow_id=info.workflow_id,
+                lead_run_id=input.run_id or "",
+                from_mailbox=mailbox_id(delegation.team, "lead"),
+                to_mailbox=mailbox_id(delegation.team, delegation.member),
+                task=prompt if isinstance(prompt, str) else json.dumps(prompt),
+                context=input.context,
+                workspace_grants=grants,
+                **ids,
+            ),
+        )
+
+    async def _absorb(self, delegation: Delegation, output: AgentRunOutput | None) -> None:
+        """A live session target is free again, and takes the delegated query's messages."""
+        if delegation.kind != "session":
+            return
+        child = delegation.target
+        child._run = None
+        if output is None:
+            return
+        transcript, added, head = await run_transcript(self._transcripts, output)
+        await child._take(added, compacted_to=transcript if output.compacted else None, head=head)
+
+    async def _start_child(
+        self,
+        delegation: Delegation,
+        prompt: str | list[dict[str, Any]],
+        *,
+        seed: str,
+        queue: str,
+        context: Any,
+        grants: list[str],
+        parent_session: str,
+        trace_parent: TraceParent,
+    ) -> tuple[AgentRunInput, str, str, TeamRunInput | None] | ToolResult:
+        """The child query of a delegated call, on the target's session as it is now: its
+        input, workflow id, task queue (and its TeamWorkflow's input when it is a team)."""
+        child = delegation.child_agent(session_id=uuid.uuid5(_DELEGATION_NS, seed).hex)
+        if child._run is not None:
+            return ToolResult(
+                content=f"agent {child.name!r} is busy with another query (one Agent is one "
+                "conversation); try again when it is done",
+                is_error=True,
+            )
+        child._run = _DELEGATED  # the session is taken until its result is absorbed
+        if not child._loaded and child.config.history_store is not None:
+            child._history = await child.config.history_store.load()
+        child._loaded = True
+        store = self._transcripts
+        message = ModelMessage(role="user", content=prompt)
+        head = await store.append(await child._transcript_head(store), [message])
+        child_queue = child.task_queue
+        if "@" in queue and not child.config.task_queue:
+            child_queue = f"{child_queue}@{queue.rpartition('@')[2]}"  # this process's workers
+        child_input = AgentRunInput(
+            agent=agent_ref(child),
+            session_id=child.session_id,
+            prompt=message.content,
+            head=head,
+            stream=False,
+            request=request_options(child.config),
+            context=context,
+            last_input_tokens=child._last_input_tokens(),
+            workspace_grants=grants,
+        )
+        bound = self._registry.tracer_of(parent_session)
+        if bound is not None:  # the caller's query tracer follows the delegated run
+            self._registry.bind_tracer(child.session_id, *bound)
+            child_input.traced, child_input.trace_parent = True, trace_parent
+        workflow_id = workflow_id_for(child, child._next_query())
+        team_child = None
+        if delegation.inner_team is not None:  # a team member: its own TeamWorkflow runs it
+            inner = delegation.inner_team
+            team_child = TeamRunInput(
+                team=inner.name,
+                lead=child_input,
+                lead_workflow_id=workflow_id,
+                lead_task_queue=child_queue,
+                max_concurrent_work_items=inner.max_concurrent_work_items,
+            )
+            workflow_id = f"team-{inner.name}-{workflow_id.removeprefix(child.name + '-')}"
+        return child_input, workflow_id, child_queue, team_child
+
+    @activity.defn(name="lattice.delegate_finish")
+    async def delegate_finish(self, input: DelegateCallInput) -> ToolCallOutput:
+        """After an agent tool's child workflow: the child's answer as the tool result; a live
+        session target takes the new messages into its history."""
+        parent = self._agent(input.agent_key, input.session_id)
+        use = input.tool_use
+        delegation = delegation_of(parent, use.name)
+        tracer = self._tracer(parent, input.session_id, input.run_id, input.trace_seq + 1)
+        output = input.output
+        await self._absorb(delegation, output)
+        if output is None:
+            result = ToolResult(
+                content=f"agent {delegation.target_name!r} could not run: {input.error}",
+                is_error=True,
+            )
+        else:
+            result = delegation.result_of(output.result)
+        if delegation.team is not None:  # an ask to a team member: its mailbox message ends
+            message_id = member_message_id(f"{activity.info().workflow_id}/{use.id}")
+            status: MessageStatus = "failed" if result.is_error else "done"
+            answer = text_of(result.content)
+            await _record_ask(
+                parent, lambda mailbox: _settle_message(mailbox, message_id, status, answer)
+            )
+        return await self._settle(parent, use, result, tracer)
+
+
+_DELEGATION_NS = uuid.UUID("2f1d3c4e-8b7a-4c55-9e0f-1a2b3c4d5e6f")
+
+
+def member_message_id(seed: str) -> str:
+    """The mailbox message of one member tool call (``seed``: workflow id / tool use id)."""
+    return f"msg_{uuid.uuid5(_DELEGATION_NS, seed + '/m').hex[:20]}"
+
+
+async def mirror(mailbox: TeamMailbox, message: TeamMessage) -> None:
+    """The runtime's view of a message into the team's mailbox: sent once (a retried
+    activity finds it there), then its status moved on unless it is already final."""
+    if isinstance(mailbox, WorkflowMailbox):  # one signal does all that, no worker waited on
+        await mailbox.mirror(message)
+        return
+    stored = await mailbox.get(message.id)
+    if stored is None:
+        await mailbox.send(message)
+    elif stored.status != message.status and stored.status not in FINAL_STATUSES:
+        await mailbox.set_status(message.id, message.status, result=message.result)
+
+
+async def _settle_message(
+    mailbox: TeamMailbox, message_id: str, status: MessageStatus, result: str | None
+) -> None:
+    """End an open message known only by id (a missing or finished one is left alone)."""
+    if isinstance(mailbox, WorkflowMailbox):  # one signal, as for mirror
+        await mailbox.settle(message_id, status, result)
+        return
+    stored = await mailbox.get(message_id)
+    if stored is not None and stored.status not in FINAL_STATUSES:
+        await mailbox.set_status(message_id, status, result=result)
+
+
+async def _record_ask(lead: Agent, write: Callable[[TeamMailbox], Awaitable[None]]) -> None:
+    """An ``ask`` to a team member kept as a mailbox message (``processing``, then
+    ``done``/``failed`` with its answer). Best effort: the answer reaches the lead even when
+    the mailbox cannot be written."""
+    if lead._team is None:
+        return
+    try:
+        await write(lead._team.mailbox)
+    except Exception as err:
+        activity.logger.warning("team mailbox not updated for an ask: %s", err)
+
+
+class _Delegated:
+    """Marks a live session taken by a delegated query (its parent's run controls it)."""
+
+    def interrupt(self) -> bool:
+        return False
+
+
+_DELEGATED = _Delegated()
+
+
+def delegation_of(agent: Agent, tool_name: str) -> Delegation:
+    definition = agent.tool(tool_name)
+    if definition is None or definition.delegation is None:
+        raise ApplicationError(
+            f"{tool_name!r} is not an agent tool of {agent.name!r} on this worker",
+            type="AgentNotRegistered",
+            non_retryable=True,
+        )
+    return definition.delegation

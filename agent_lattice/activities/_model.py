@@ -1,0 +1,258 @@
+"""Model activities: a model request, and the summary that compacts a transcript."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
+from .._compaction import compacted_history, cut_point, summary_request
+from .._hooks import ModelRequestContext
+from .._loop import alternating
+from .._messages import ModelMessage
+from .._skills import skills_prompt
+from .._streaming import StreamSender
+from .._workspace import workspace_prompt
+from ..providers import ModelRequest, ProviderError
+from ..workflows._types import CompactInput, CompactOutput, ModelCallInput, ModelCallOutput
+from ._base import ActivitiesBase, heartbeating, hook, quiet_when_abandoned
+
+if TYPE_CHECKING:
+    from .._agent import Agent
+
+
+class ModelActivities(ActivitiesBase):
+    """The activities that call the agent's model."""
+
+    @activity.defn(name="lattice.model_request")
+    async def model_request(self, input: ModelCallInput) -> ModelCallOutput:
+        agent = self._agent(input.agent_key, input.session_id)
+        config = agent.config
+        request_head, transcript = await self._transcript(input.head, input.unsent)
+        shaped = ModelRequestContext(
+            messages=transcript,
+            system_prompt=_system_prompt(agent),
+            turn=input.turn,
+        )
+        if config.hooks is not None:
+            shaped = await hook(config.hooks.model_request(shaped))
+        tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        await tracer.emit(
+            "model_request",
+            turn=input.turn,
+            model=config.model,
+            system=shaped.system_prompt,
+            messages=[m.to_wire() for m in shaped.messages],
+        )
+        request = ModelRequest(
+            model=config.model,
+            messages=alternating(shaped.messages),
+            system=shaped.system_prompt,
+            tools=[t.spec() for t in config.tools],
+            max_tokens=config.max_tokens,
+            stream=input.stream,
+            thinking=_thinking(input.request.thinking, config.max_tokens),
+            reasoning_effort=input.request.reasoning_effort,
+            output_format=_output_format(input.request.output_format),
+            timeout_ms=input.request.timeout_ms,
+        )
+        attempt = activity.info().attempt
+        async with heartbeating(), quiet_when_abandoned():
+            if input.stream and input.stream_to and input.stream_channel:
+                async with StreamSender(
+                    input.stream_to,
+                    input.stream_channel,
+                    turn=input.turn,
+                    attempt=attempt,
+                    after=input.after,
+                ) as sender:
+                    message = await _call_model(agent, request, sender.send, input)
+            else:
+                message = await _call_model(agent, request, None, input)
+        await tracer.emit(
+            "assistant_message",
+            turn=input.turn,
+            message=message.to_wire(),
+            stop_reason=message.stop_reason,
+            usage=message.usage.model_dump() if message.usage else None,
+            provider_response_id=message.provider_response_id,
+            model=message.model,
+        )
+        rejection = None
+        if message.tool_uses and config.tool_batch_policy is not None:
+            calls = [ToolCallInfo(id=u.id, name=u.name, input=u.input) for u in message.tool_uses]
+            decision = await evaluate_batch_policy(
+                config.tool_batch_policy, BatchPolicyRequest(calls)
+            )
+            rejection = dataclasses.asdict(decision) if decision is not None else None
+        reply_head = await self._transcripts.append(request_head, [message])
+        return ModelCallOutput(
+            request_head=request_head,
+            head=reply_head,
+            message=message,
+            concurrency_safe=_concurrency_safe(agent, message),
+            batch_rejection=rejection,
+        )
+
+    @activity.defn(name="lattice.compact")
+    async def compact(self, input: CompactInput) -> CompactOutput:
+        """Summarize the older part of the transcript; the new transcript's head (a durable
+        step: the workflow records the outcome, so a crash never compacts twice)."""
+        agent = self._agent(input.agent_key, input.session_id)
+        config = agent.config
+        _, transcript = await self._transcript(input.head, input.unsent)
+        cut = cut_point(transcript, input.keep_recent_messages)
+        if cut is None:
+            return CompactOutput()
+        request = ModelRequest(
+            model=config.model,
+            messages=summary_request(transcript[:cut], input.prompt),
+            system=config.system_prompt,
+            # the summarized turns may hold tool calls: the provider wants their definitions
+            tools=[t.spec() for t in config.tools],
+            max_tokens=config.max_tokens,
+            stream=False,
+            timeout_ms=input.timeout_ms,
+        )
+        async with heartbeating(), quiet_when_abandoned():
+            message = await _call_model(agent, request, None)
+        if not message.text.strip():
+            raise ApplicationError(
+                "compaction produced no summary", type="CompactionFailed", non_retryable=True
+            )
+        compacted = compacted_history(transcript, cut, message.text)
+        return CompactOutput(
+            head=await self._transcripts.append(None, compacted),
+            compacted_messages=cut,
+            usage=message.usage,
+        )
+
+
+def _thinking(thinking: dict[str, object] | None, max_tokens: int) -> dict[str, object] | None:
+    """A fixed budget is capped at ``max_tokens - 1`` (the API requires budget < max_tokens)."""
+    if thinking and thinking.get("type") == "enabled":
+        budget = int(thinking.get("budget_tokens", 1))  # type: ignore[call-overload]
+        return {**thinking, "budget_tokens": min(budget, max_tokens - 1)}
+    return thinking
+
+
+def _output_format(fmt: object) -> dict[str, object] | None:
+    """``"json"`` asks for any JSON object; a json_schema format is sent as given."""
+    if fmt is None:
+        return None
+    if fmt == "json":
+        return {"type": "json_schema", "schema": {"type": "object"}}
+    return dict(fmt)  # type: ignore[call-overload]
+
+
+def _system_prompt(agent: Agent) -> str | None:
+    """The agent's system prompt with its skills, told to batch independent calls when they
+    can overlap. Built per request: none of it enters the stored conversation."""
+    config = agent.config
+    base = config.system_prompt
+    if agent.workspace is not None:
+        section = workspace_prompt(agent.workspace)
+        base = f"{base}\n\n{section}" if base else section
+    if config.skills:
+        section = skills_prompt(config.skills)
+        base = f"{base}\n\n{section}" if base else section
+    mode = config.tool_concurrency.mode
+    overlapping = mode == "all" or (
+        mode == "safe" and any(t.is_concurrency_safe is not None for t in config.tools)
+    )
+    if not (overlapping and config.tools):
+        return base
+    return f"{base}\n\n{CONCURRENCY_HINT}" if base else CONCURRENCY_HINT
+
+
+def _concurrency_safe(agent: Agent, message: ModelMessage) -> list[str]:
+    """Ids of the tool calls that may run beside others: all of them in mode "all", none in
+    "sequential", and in "safe" those whose tool says so for this input (host code,
+    evaluated here so the workflow can plan the batch without another round trip)."""
+    mode = agent.config.tool_concurrency.mode
+    if mode != "safe":
+        return [u.id for u in message.tool_uses] if mode == "all" else []
+    safe = []
+    for use in message.tool_uses:
+        definition = agent.tool(use.name)
+        if definition is None or definition.is_concurrency_safe is None:
+            continue
+        try:
+            if definition.is_concurrency_safe(definition.parse_input(use.input)):
+                safe.append(use.id)
+        except Exception:  # invalid input or a failing predicate: run it alone
+            continue
+    return safe
+
+
+async def _call_model(
+    agent: Agent,
+    request: ModelRequest,
+    on_event: object,
+    input: ModelCallInput | None = None,
+) -> ModelMessage:
+    warm_up = getattr(agent.model_client, "warm_up", None)
+    if callable(warm_up):
+        await asyncio.to_thread(warm_up)
+    try:
+        call = agent.model_client.create(request, on_event=on_event)  # type: ignore[arg-type]
+        if request.timeout_ms is None:
+            return await call
+        # Raced here too, so a client that ignores timeout_ms cannot stall the loop.
+        return await asyncio.wait_for(call, request.timeout_ms / 1000)
+    except TimeoutError:
+        raise ApplicationError(
+            f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
+            type="RequestTimeout",
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,  # the configured outcome, not a fault
+        ) from None
+    except ProviderError as err:
+        if err.error_type == "connection" and input and input.unreachable_give_up_s is not None:
+            raise _unreachable(err, input.unreachable_give_up_s, input.retry_initial_s) from None
+        if err.error_type == "timeout" and request.timeout_ms is not None:
+            raise ApplicationError(
+                f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
+                type="RequestTimeout",
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+        raise ApplicationError(
+            err.message,
+            {"status_code": err.status_code, "error_type": err.error_type},
+            type="ProviderError" if err.retryable else "ProviderRejected",
+            non_retryable=not err.retryable,
+            next_retry_delay=timedelta(seconds=err.retry_after)
+            if err.retry_after is not None
+            else None,
+        ) from None
+
+
+def _unreachable(err: ProviderError, give_up_s: float, initial_s: float) -> ApplicationError:
+    """The provider cannot be reached at all (a wrong base_url, a server that is down): retried
+    with short waits for ``give_up_s`` from the first attempt, then final, naming the URL
+    (the message does) rather than waiting out every attempt of a 5xx."""
+    info = activity.info()
+    waited = (datetime.now(UTC) - info.scheduled_time).total_seconds()
+    left = give_up_s - waited
+    if left <= 0:
+        return ApplicationError(
+            f"{err.message} (gave up after {info.attempt} attempt"
+            f"{'s' if info.attempt != 1 else ''} in {waited:.0f} s; "
+            "see ActivitySettings.model_unreachable_give_up_s)",
+            {"status_code": None, "error_type": "connection"},
+            type="ProviderUnreachable",
+            non_retryable=True,
+        )
+    return ApplicationError(
+        err.message,
+        {"status_code": None, "error_type": "connection"},
+        type="ProviderError",
+        # the retry policy's backoff, cut to end at the budget
+        next_retry_delay=timedelta(seconds=min(initial_s * 2.0 ** (info.attempt - 1), left)),
+    )

@@ -1,0 +1,65 @@
+"""Tool activities: a tool call, ``on_tool_result`` hooks and trace events for results and
+events the workflow made itself."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from .._messages import ToolResultBlock
+from .._tools import ToolResult
+from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInput, TraceInput
+from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
+from ._tools import CallRecord, invalid_input, permission_denial, tool_context
+
+
+class ToolActivities(ActivitiesBase):
+    """The activities that run an agent's tools and report on them."""
+
+    @activity.defn(name="lattice.tool_call")
+    async def tool_call(self, input: ToolCallInput) -> ToolCallOutput:
+        agent = self._agent(input.agent_key, input.session_id)
+        use = input.tool_use
+        definition = agent.tool(use.name)
+        if definition is None:
+            return ToolCallOutput(
+                block=ToolResultBlock(
+                    tool_use_id=use.id, content=f"Unknown tool {use.name!r}.", is_error=True
+                )
+            )
+        ctx = tool_context(agent, input)
+        tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
+        threads = self._threads.executor
+        record = CallRecord(self._transcripts, ctx, idempotent=definition.idempotent)
+
+        async def run() -> ToolResult:
+            return (
+                invalid_input(use)
+                or await permission_denial(agent, use.name, use.input, ctx, threads)
+                or await definition.invoke(use.input, ctx, executor=threads)
+            )
+
+        async with heartbeating(), quiet_when_abandoned():
+            result = await record.answer() or await record.run(run)
+            return await self._settle(agent, use, result, tracer)
+
+    @activity.defn(name="lattice.tool_result_hooks")
+    async def tool_result_hooks(self, input: ToolResultsHookInput) -> list[ToolResultBlock]:
+        """``on_tool_result`` for results the workflow made itself (runs as a local activity)."""
+        agent = self._agent(input.agent_key, input.session_id)
+        return [
+            await hooked(agent, use, block)
+            for use, block in zip(input.calls, input.results, strict=True)
+        ]
+
+    @activity.defn(name="lattice.trace")
+    async def trace(self, input: TraceInput) -> None:
+        """Trace events the workflow produced itself (runs as a local activity)."""
+        agent = self._agent(input.agent_key, input.session_id)
+        for item in input.events:
+            tracer = self._tracer(agent, input.session_id, input.run_id, item["seq"])
+            data = dict(item.get("data", {}))
+            if "content_head" in data:  # a large prompt: read it from the transcript
+                last = (await self._transcripts.messages(data.pop("content_head")))[-1]
+                data["content"] = last.to_wire()["content"]
+            await tracer.emit(item["type"], **data)
