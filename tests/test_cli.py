@@ -4,7 +4,7 @@ and a fake Anthropic server (``tests/cli_app.py`` is the app).
 Starting a CLI process costs seconds of imports (anthropic, temporalio), so most commands run
 in processes forked from a fork server that has imported the CLI once: each is a separate
 process calling the real ``main(argv)`` with its own environment, stdout and stderr. One test
-starts a fresh ``python -m agent_lattice.client._cli``.
+starts a fresh ``python -m agent_lattice.cli``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from agent_lattice import (
     StreamEventMessage,
     TextBlock,
 )
-from agent_lattice.client._cli import Renderer, app
+from agent_lattice.cli import Renderer, app
 from agent_lattice.client._server import DevServer
 from agent_lattice.testing import (
     FakeAnthropicServer,
@@ -56,7 +56,7 @@ WAIT_PROMPT = "please wait"  # the fake model hangs on this prompt
 TIMEOUT = 45.0
 
 FORKS = multiprocessing.get_context("forkserver")
-FORKS.set_forkserver_preload(["agent_lattice.client._cli", __name__])
+FORKS.set_forkserver_preload(["agent_lattice.cli", __name__])
 _numbers = itertools.count()
 
 
@@ -81,7 +81,7 @@ def _forked_main(argv: list[str], env: dict[str, str], out: str, err: str) -> No
     os.environ.update(env)
     os.chdir(ROOT)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the fork server ignores it
-    from agent_lattice.client._cli import main
+    from agent_lattice.cli import main
 
     main(argv)
 
@@ -122,8 +122,8 @@ class Cli:
 
     @classmethod
     def exec(cls, *argv: str, env: dict[str, str]) -> Cli:
-        """A fresh interpreter: ``python -m agent_lattice.client._cli``."""
-        return cls(list(argv), env, command=[sys.executable, "-m", "agent_lattice.client._cli"])
+        """A fresh interpreter: ``python -m agent_lattice.cli``."""
+        return cls(list(argv), env, command=[sys.executable, "-m", "agent_lattice.cli"])
 
     def poll(self) -> int | None:
         if self._popen is not None:

@@ -413,7 +413,7 @@ def workers(app_env, tmp_path):
         log = tmp_path / f"worker{len(started)}.out"
         proc = spawn(
             "-m",
-            "agent_lattice.client._cli",
+            "agent_lattice.cli",
             "worker",
             HERE / "history_app.py",
             env=app_env,

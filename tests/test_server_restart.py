@@ -48,7 +48,7 @@ class Lattice:
         self, name: str, argv: list[str], env: dict[str, str], logs: Path, *, script: bool = False
     ) -> None:
         self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
-        command = ["-c", *argv] if script else ["-m", "agent_lattice.client._cli", *argv]
+        command = ["-c", *argv] if script else ["-m", "agent_lattice.cli", *argv]
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, *command],

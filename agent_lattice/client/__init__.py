@@ -1,4 +1,4 @@
-"""The caller's side: runtime (connect or embedded server), query streaming, the CLI."""
+"""The caller's side: runtime (connect or embedded server), query streaming."""
 
 from ..workflows._types import ActivitySettings
 from ._mailbox import create_workflow_mailbox

@@ -1,0 +1,47 @@
+"""The ``lattice`` command line: dev server, workers, queries, runs.
+
+Every command connects like :meth:`Runtime.connect`: ``TEMPORAL_ADDRESS`` (with
+``TEMPORAL_NAMESPACE`` and ``TEMPORAL_API_KEY``) names a server; without it the embedded dev
+server under ``LATTICE_HOME`` is started or reused; an unreachable server is retried for
+``LATTICE_RECONNECT_S`` (600 s by default) while stderr says so. Errors are printed as one
+red line on stderr, with exit code 1 (the command failed: a query's error result, a run not
+found, ...), 2 (usage: bad arguments, an APP, AGENT or TEAM that cannot be loaded) or 3 (the
+Temporal server could not be reached, or was lost); set ``LATTICE_DEBUG=1`` to see the
+traceback instead.
+
+Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach, runs),
+``_team`` (team), ``_render`` (how messages look), ``_plumbing`` (consoles, exit codes,
+logging, signals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import typer
+
+from ._render import Renderer
+from ._runs import attach, interrupt, run, runs
+from ._serve import dev, server_app, worker
+from ._team import team_app
+
+__all__ = ["Renderer", "app", "main"]
+
+app = typer.Typer(
+    name="lattice",
+    help="Durable LLM agents on Temporal: dev server, workers, queries and runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# The order of registration is the order of `lattice --help`.
+app.add_typer(server_app, name="server")
+for command in (dev, worker, run, interrupt, attach):
+    app.command()(command)
+app.add_typer(team_app, name="team")
+app.command()(runs)
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Entry point of the ``lattice`` script."""
+    app(args=list(argv) if argv is not None else None, prog_name="lattice")

@@ -1,0 +1,128 @@
+"""What every command shares: the consoles, errors as one red line and an exit code, the
+logging set-up, signal handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from .._errors import LatticeError, ServerUnreachableError
+from ..client._reconnect import unreachable
+from ..client._server import DevServer, lattice_home
+
+stdout = Console(soft_wrap=True, emoji=False, highlight=False)
+stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
+
+
+def fail(message: str) -> None:
+    stderr.print(Text("error: " + " ".join(message.split()), style="red"))
+
+
+def _describe_error(err: BaseException) -> str:
+    if unreachable(err):
+        return f"the Temporal server at {_server_address()} is unreachable: {err}"
+    if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return f"not found: {err.message}"
+        return f"Temporal {err.status.name}: {err.message}"
+    if isinstance(err, LatticeError):
+        return str(err)
+    text = f"{type(err).__name__}: {err}"
+    if err.__cause__ is not None:
+        text += f" ({type(err.__cause__).__name__}: {err.__cause__})"
+    return text
+
+
+def _server_address() -> str:
+    """The server a command connects to: ``TEMPORAL_ADDRESS``, else the embedded one."""
+    recorded = DevServer.recorded(lattice_home())
+    return os.environ.get("TEMPORAL_ADDRESS") or (recorded.address if recorded else "?")
+
+
+# Exit codes: a query's error result and other failures, usage errors (typer's own and an
+# APP, AGENT or TEAM that cannot be loaded), a server that cannot be reached or was lost.
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_SERVER = 1, 2, 3
+
+
+@contextlib.contextmanager
+def errors_as_exit(code: int = EXIT_USAGE) -> Iterator[None]:
+    """Map errors to one red line on stderr and exit ``code`` (EXIT_NO_SERVER for a server
+    that cannot be reached), Ctrl-C to exit code 130."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise typer.Exit(130) from None
+    except Exception as err:
+        if os.environ.get("LATTICE_DEBUG"):
+            raise
+        fail(_describe_error(err))
+        lost = isinstance(err, ServerUnreachableError) or unreachable(err)
+        raise typer.Exit(EXIT_NO_SERVER if lost else code) from None
+
+
+def execute(main: Callable[[], Coroutine[Any, Any, int]]) -> None:
+    """Run a command's coroutine with ``asyncio.run``; its return value is the exit code.
+    Its errors are failures of the command, not usage errors."""
+    with errors_as_exit(EXIT_FAILED):
+        _configure_logging()
+        code = asyncio.run(main())
+    raise typer.Exit(code)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Log records as one line: an activity failing on every retry must not print a
+    traceback each time (``LATTICE_DEBUG=1`` shows them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+        error = record.exc_info[1] if record.exc_info else None
+        return f"{text}: {type(error).__name__}: {error}" if error is not None else text
+
+
+def _configure_logging() -> None:
+    """Temporal's logs (its core's included, which by default go to stdout) go to stderr, one
+    line each, so stdout carries only what the command prints (``--json`` stays pure)."""
+    logger = logging.getLogger("temporalio")
+    if any(getattr(h, "lattice_cli", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    debug = bool(os.environ.get("LATTICE_DEBUG"))
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s %(name)s: %(message)s") if debug else _OneLineFormatter()
+    )
+    handler.lattice_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+@contextlib.contextmanager
+def on_signals(handler: Callable[[int], None], *signals: int) -> Iterator[None]:
+    """Call ``handler(signum)`` on the running loop for ``signals`` (where supported)."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, handler, signum)
+            installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def client_target(client: Client) -> str:
+    return f"{client.service_client.config.target_host} (namespace {client.namespace})"

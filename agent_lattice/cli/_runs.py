@@ -1,0 +1,339 @@
+"""Queries and runs: ``lattice run``, ``interrupt``, ``attach`` and ``runs``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from .._agent import Agent
+from .._messages import ResultMessage, SystemMessage
+from .._team import Team
+from ..client._orphans import (
+    RunState,
+    orphan_hint,
+    owner_of,
+    run_state,
+    team_may_start,
+    until_served,
+)
+from ..client._orphans import queue_served as has_live_worker
+from ..client._runtime import Runtime
+from ..worker._worker import resolve_agent
+from ._plumbing import (
+    EXIT_FAILED,
+    client_target,
+    errors_as_exit,
+    execute,
+    fail,
+    on_signals,
+    stderr,
+    stdout,
+)
+from ._render import Renderer
+
+# Without a message after this long, a run that relies on an external worker says so.
+WORKER_HINT_AFTER_S = 5.0
+
+
+def run(
+    target: Annotated[
+        str,
+        typer.Argument(metavar="APP:AGENT", help="The agent, e.g. examples/quickstart.py:agent."),
+    ],
+    prompt: Annotated[
+        str, typer.Argument(metavar="PROMPT", help="The prompt; '-' reads it from stdin.")
+    ],
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
+    ] = False,
+    no_stream: Annotated[
+        bool, typer.Option("--no-stream", help="Skip live model streaming.")
+    ] = False,
+    serve: Annotated[
+        bool | None,
+        typer.Option(
+            "--worker/--no-worker",
+            help="Serve the agent in this process (default: only when no worker polls its "
+            "task queue).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run one query and watch it: streamed text, tool calls, tool results, the result.
+
+    Exit code 0 on success, 1 when the result is an error, 3 when the Temporal server
+    cannot be reached or was lost (retried for LATTICE_RECONNECT_S, 600 s by default),
+    130 after Ctrl-C (which interrupts the query; a second Ctrl-C leaves without waiting).
+    """
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    with errors_as_exit():
+        agent = resolve_agent(target)
+    execute(lambda: _run(agent, prompt, json_lines=json_lines, stream=not no_stream, serve=serve))
+
+
+async def _run(
+    agent: Agent | Team, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
+) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        return await _run_query(runtime, agent, prompt, json_lines, stream, serve)
+    finally:
+        await runtime.close()
+
+
+async def _run_query(
+    runtime: Runtime,
+    agent: Agent | Team,
+    prompt: str,
+    json_lines: bool,
+    stream: bool,
+    serve: bool | None,
+) -> int:
+    # a team runs through its lead (and is served, members included, with it)
+    queue = agent.lead.task_queue if isinstance(agent, Team) else agent.task_queue
+    if serve is None:
+        serve = not await has_live_worker(runtime.client, queue)
+        if serve:
+            stderr.print(
+                Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
+            )
+    runtime.inline_workers = serve
+    messages = agent.query(prompt, runtime=runtime, stream=stream)
+    renderer = Renderer(stdout, json_lines=json_lines)
+    main_task = asyncio.current_task()
+    interrupted: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if interrupted and main_task is not None:
+            main_task.cancel()  # second Ctrl-C: leave now (the run is interrupted on exit)
+            return
+        interrupted.append(signum)
+        stderr.print(Text("interrupting… (Ctrl-C again to leave now)", style="yellow"))
+        agent.interrupt()
+
+    hint = None if serve else asyncio.create_task(_worker_hint(queue))
+    result: ResultMessage | None = None
+    with on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
+        try:
+            async for message in messages:
+                if hint is not None:
+                    hint.cancel()
+                    hint = None
+                if json_lines and isinstance(message, SystemMessage) and message.subtype == "init":
+                    where = f"workflow {message.workflow_id} · run {message.run_id}"
+                    stderr.print(Text(where, style="dim"))
+                renderer.show(message)
+                if isinstance(message, ResultMessage):
+                    result = message
+        finally:
+            if hint is not None:
+                hint.cancel()
+            await _aclose(messages)
+    if interrupted:
+        return 128 + interrupted[0]
+    if result is None:  # never silent: say why there is no result
+        fail(f"the messages of {agent.name}'s run ended without its result")
+    return EXIT_FAILED if result is None or result.is_error else 0
+
+
+async def _worker_hint(task_queue: str) -> None:
+    await asyncio.sleep(WORKER_HINT_AFTER_S)
+    stderr.print(
+        Text(
+            f"still waiting: is a worker running for task queue {task_queue}? "
+            "(start one with `lattice worker APP`)",
+            style="yellow",
+        )
+    )
+
+
+async def _aclose(messages: AsyncIterator[Any]) -> None:
+    close = getattr(messages, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def interrupt(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="End a run that no worker serves (its process died): serve it here, without "
+            "its agent, until it ends interrupted; its completed turns stay in its session.",
+        ),
+    ] = False,
+) -> None:
+    """Interrupt a running query: it ends with the result subtype `interrupted`.
+
+    Exit code 1 when no worker serves the run (nothing would happen until it is adopted)
+    and --force was not given, or when there is no such run.
+    """
+    execute(lambda: _interrupt(workflow_id, force))
+
+
+async def _interrupt(workflow_id: str, force: bool) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        state = await _state_or_none(runtime, workflow_id)
+        if state is None:
+            return 1
+        if not state.running:
+            stdout.print(f"{workflow_id} is not running; nothing to interrupt")
+        elif state.served:
+            await runtime.interrupt(workflow_id)
+            stdout.print(f"interrupt sent to {workflow_id} (it was running)")
+        elif not force:
+            fail(
+                f"{orphan_hint(state)}. No interrupt was sent: nothing happens to it until it "
+                "is adopted."
+            )
+            return 1
+        else:
+            stderr.print(Text(f"no worker serves {workflow_id}: ending it from here…", "dim"))
+            result = await runtime.end_orphan(workflow_id)
+            if result is None:
+                fail(f"{workflow_id} did not end within 60 s: terminated (its turns are lost)")
+                return 1
+            stdout.print(f"{workflow_id} ended: {result.subtype} (completed turns kept)")
+        return 0
+    finally:
+        await runtime.close()
+
+
+async def _state_or_none(runtime: Runtime, workflow_id: str) -> RunState | None:
+    """The run's state; None (with the error said) when there is no run with that id."""
+    try:
+        return await run_state(runtime.client, workflow_id)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    fail(f"no run with id {workflow_id!r} (see `lattice runs`)")
+    return None
+
+
+def attach(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
+    ] = False,
+) -> None:
+    """Print the messages of a run from its start, following it until its result."""
+    execute(lambda: _attach(workflow_id, json_lines))
+
+
+async def _attach(workflow_id: str, json_lines: bool) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        # a team lead's query may be about to start: durable_messages waits for it then
+        if not await team_may_start(runtime.client, workflow_id):
+            state = await _state_or_none(runtime, workflow_id)
+            if state is None:
+                return 1
+            if state.orphaned:
+                stderr.print(Text(orphan_hint(state), "yellow"))
+                # a reader's polls would queue on the dead process's queue: follow once adopted
+                await until_served(runtime.client, state)
+        renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
+        result: ResultMessage | None = None
+        # A run in progress is followed live; a closed one is rebuilt from its history.
+        async for message in runtime.durable_messages(workflow_id):
+            renderer.show(message)
+            if isinstance(message, ResultMessage):
+                result = message
+        return 1 if result is None or result.is_error else 0
+    finally:
+        await runtime.close()
+
+
+def runs(
+    limit: Annotated[int, typer.Option(help="How many runs to list, newest first.")] = 20,
+) -> None:
+    """List recent agent runs (AgentWorkflow executions)."""
+    execute(lambda: _runs(limit))
+
+
+_STATUS_STYLE = {
+    WorkflowExecutionStatus.RUNNING: "yellow",
+    WorkflowExecutionStatus.COMPLETED: "green",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "cyan",
+}
+
+
+async def _runs(limit: int) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        executions = await runtime.list_runs(limit)
+        summaries = await asyncio.gather(
+            *(_summary(runtime.client, e.id, e.run_id) for e in executions)
+        )
+        # a running run that no worker serves (its process died) says so
+        running = {e.task_queue for e in executions if e.status == WorkflowExecutionStatus.RUNNING}
+        served = {q: await has_live_worker(runtime.client, q) for q in running}
+    finally:
+        await runtime.close()
+    if not executions:
+        stdout.print("no agent runs yet")
+        return 0
+    table = Table(
+        title=f"agent runs on {client_target(runtime.client)}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("workflow id", no_wrap=True, min_width=max(len(e.id) for e in executions))
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("started", no_wrap=True, min_width=14)
+    table.add_column("took", justify="right", no_wrap=True, min_width=6)
+    table.add_column("summary", overflow="fold", ratio=1, min_width=12)
+    for execution, summary in zip(executions, summaries, strict=True):
+        status = execution.status.name if execution.status else "?"
+        if served.get(execution.task_queue) is False and status == "RUNNING":
+            # a shared queue's run waits for `lattice worker` (restarting, say): not orphaned
+            status = "ORPHANED" if owner_of(execution.task_queue) else "NO WORKER"
+        end = execution.close_time or datetime.now(UTC)
+        table.add_row(
+            execution.id,
+            Text(status.lower(), style=_STATUS_STYLE.get(execution.status, "red")),
+            execution.start_time.astimezone().strftime("%m-%d %H:%M:%S"),
+            _duration(end - execution.start_time),
+            summary or "",
+        )
+    # Never crop: a narrow terminal wraps the lines, a pipe gets them whole (grep-able).
+    measured = Measurement.get(stdout, stdout.options.update_width(10_000), table)
+    width = max(stdout.width, measured.minimum if stdout.is_terminal else measured.maximum)
+    Console(width=width, emoji=False, highlight=False).print(table)
+    return 0
+
+
+async def _summary(client: Client, workflow_id: str, run_id: str) -> str | None:
+    try:
+        description = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        return await description.static_summary()
+    except RPCError:
+        return None
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = max(delta.total_seconds(), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -1,0 +1,222 @@
+"""Serving: ``lattice dev``, ``lattice worker`` and ``lattice server status|stop``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+from rich.text import Text
+from temporalio.client import Client
+
+from .._agent import Agent
+from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..client._reconnect import ServerWatch
+from ..client._runtime import Runtime
+from ..client._server import DevServer, lattice_home
+from ..worker._adopt import adopt_orphans
+from ..worker._worker import app_agents, create_workers, load_app
+from ._plumbing import client_target, errors_as_exit, execute, on_signals, stderr, stdout
+
+server_app = typer.Typer(
+    help="Report on or stop the embedded Temporal dev server.", no_args_is_help=True
+)
+
+
+async def _serve_agents(
+    client: Client,
+    agents: dict[str, Agent],
+    shutdown_s: float,
+    tool_threads: int = DEFAULT_TOOL_THREADS,
+    watch: ServerWatch | None = None,
+) -> int:
+    """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down;
+    or until ``watch`` has seen the server unreachable for its reconnect limit (exit 3)."""
+    workers = create_workers(
+        client,
+        agents.values(),
+        tool_threads=tool_threads,
+        graceful_shutdown_timeout=timedelta(seconds=shutdown_s),
+    )
+    stdout.print(
+        f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {client_target(client)}"
+    )
+    for attr, agent in agents.items():
+        tools = ", ".join(t.name for t in agent.tools) or "no tools"
+        stdout.print(
+            Text.assemble(
+                ("  ", ""),
+                (attr, "bold"),
+                (f"  {agent.name} · {agent.config.model} · {tools}  ", "dim"),
+                ("task queue ", "dim"),
+                (agent.task_queue, "cyan"),
+            )
+        )
+    stop = asyncio.Event()
+    main_task = asyncio.current_task()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set() and main_task is not None:
+            main_task.cancel()  # a second Ctrl-C: stop waiting for in-flight tasks
+        stop.set()
+
+    with on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        waiter = asyncio.create_task(stop.wait())
+        # Temporal retries the polls of a server that went away forever: give up on the limit
+        lost = asyncio.create_task((watch.lost if watch else asyncio.Event()).wait())
+        # runs of these agents whose inline process died are served here too
+        adopter = asyncio.create_task(
+            adopt_orphans(client, agents.values(), lambda said: stderr.print(Text(said, "yellow")))
+        )
+        stdout.print("ready · Ctrl-C to stop", style="green")
+        await asyncio.wait([*tasks, waiter, lost], return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            stderr.print(Text("shutting down workers…", style="dim"))
+        adopter.cancel()
+        with contextlib.suppress(BaseException):
+            await adopter
+        pending = [w.shutdown() for w, t in zip(workers, tasks, strict=True) if not t.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        waiter.cancel()
+        lost.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    if watch is not None and watch.lost.is_set():
+        raise watch.error()
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+    stderr.print(Text("workers stopped", style="dim"))
+    return 0
+
+
+def dev(
+    app_ref: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="APP",
+            help="Module or file whose agents to serve (optional).",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help="gRPC port when the server is started: default the one it had (a server "
+            "that died comes back there), else 7233 (UI on port + 1000); 0 for any free port.",
+            show_default=False,
+        ),
+    ] = None,
+    ui: Annotated[bool, typer.Option("--ui/--headless", help="Serve the Temporal UI.")] = True,
+    ui_port: Annotated[
+        int | None,
+        typer.Option(
+            help="UI port when the server is started (default: the one it had, else gRPC "
+            "port + 1000).",
+            show_default=False,
+        ),
+    ] = None,
+    shutdown_timeout: Annotated[
+        float, typer.Option(help="Seconds in-flight activities get on shutdown.")
+    ] = 10.0,
+) -> None:
+    """Ensure the embedded Temporal dev server; with APP, also run workers for its agents.
+
+    The server runs detached, persists to SQLite under LATTICE_HOME (default ~/.agent) and
+    outlives this command; stop it with `lattice server stop`. Without APP the command only
+    ensures the server and exits. With APP it serves the app's agents in the foreground until
+    Ctrl-C. TEMPORAL_ADDRESS is ignored here: dev is about the embedded server.
+    """
+    with errors_as_exit():
+        agents = app_agents(load_app(app_ref)) if app_ref else None
+    execute(lambda: _dev(agents, port, ui, ui_port, shutdown_timeout))
+
+
+async def _dev(
+    agents: dict[str, Agent] | None,
+    port: int | None,
+    ui: bool,
+    ui_port: int | None,
+    shutdown_s: float,
+) -> int:
+    home = lattice_home()
+    server, started = await asyncio.to_thread(
+        DevServer.ensure, home, port=port, ui_port=ui_port, ui=ui
+    )
+    _print_server(server, "started" if started else "reused")
+    if not started and port and server.port != port:
+        stderr.print(Text(f"--port ignored: the running server listens on {server.port}", "dim"))
+    if os.environ.get("TEMPORAL_ADDRESS") and agents:
+        stderr.print(Text("TEMPORAL_ADDRESS is ignored by `lattice dev`", style="yellow"))
+    if agents is None:
+        return 0
+    runtime = await Runtime.connect(server.address, inline_workers=False, quiet=True)
+    runtime.watch.home = home  # the server is ours: started again if it dies
+    try:
+        return await _serve_agents(runtime.client, agents, shutdown_s, watch=runtime.watch)
+    finally:
+        await runtime.close()
+
+
+def _print_server(server: DevServer, state: str) -> None:
+    stdout.print(Text(f"Temporal dev server {state} (pid {server.pid})", style="bold"))
+    stdout.print(Text.assemble(("  gRPC  ", "dim"), server.address))
+    stdout.print(Text.assemble(("  UI    ", "dim"), server.ui_url if server.ui_port else "off"))
+    stdout.print(Text.assemble(("  data  ", "dim"), server.home))
+
+
+def worker(
+    app_ref: Annotated[
+        str, typer.Argument(metavar="APP", help="Module (pkg.mod) or file (path/app.py).")
+    ],
+    shutdown_timeout: Annotated[
+        float, typer.Option(help="Seconds in-flight activities get on shutdown.")
+    ] = 10.0,
+    tool_threads: Annotated[
+        int,
+        typer.Option(min=1, help="Sync tool handlers run at once, each in its own thread."),
+    ] = DEFAULT_TOOL_THREADS,
+) -> None:
+    """Run workers for the agents of APP (one per task queue) until SIGINT/SIGTERM.
+
+    APP lists its agents in a module attribute `agents`, or defines them at module level.
+    Queries started with `lattice run` or `agent.query()` from anywhere run here.
+    """
+    with errors_as_exit():
+        agents = app_agents(load_app(app_ref))
+    execute(lambda: _worker(agents, shutdown_timeout, tool_threads))
+
+
+async def _worker(agents: dict[str, Agent], shutdown_s: float, tool_threads: int) -> int:
+    runtime = await Runtime.connect(inline_workers=False)
+    try:
+        return await _serve_agents(
+            runtime.client, agents, shutdown_s, tool_threads, watch=runtime.watch
+        )
+    finally:
+        await runtime.close()
+
+
+@server_app.command("status")
+def server_status() -> None:
+    """Report the embedded server under LATTICE_HOME (exit code 1 when it is not running)."""
+    server = DevServer.running(lattice_home())
+    if server is None:
+        stdout.print(f"no embedded Temporal server is running (home {lattice_home()})")
+        raise typer.Exit(1)
+    _print_server(server, "running")
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """Stop the embedded server under LATTICE_HOME (its data stays)."""
+    server = DevServer.running(lattice_home())
+    if server is None:
+        stdout.print(f"no embedded Temporal server is running (home {lattice_home()})")
+        return
+    server.stop()
+    stdout.print(f"stopped the embedded Temporal server (pid {server.pid}, {server.address})")
