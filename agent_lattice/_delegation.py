@@ -91,7 +91,9 @@ class Delegation:
             return self.target
         if self.kind == "spec":
             return self.target.spawn(session_id=session_id)
-        raise TypeError("an AgentLike adapter has no child workflow")
+        raise OptionError(
+            f"{self.target_name}: an AgentLike adapter runs inside its tool; it has no child workflow"
+        )
 
     def grants_of(self, parsed: Any, covered: Callable[[str], bool]) -> tuple[list[str], list[str]]:
         """The write grants the call asks for, split into accepted (``covered`` by the
@@ -111,7 +113,7 @@ class Delegation:
                 isinstance(prompt, Sequence) and all(isinstance(b, Mapping) for b in prompt)
             ):
                 return prompt if isinstance(prompt, str) else [dict(b) for b in prompt]
-            raise TypeError(
+            raise OptionError(
                 f"map_input must return a string or content blocks, got {type(prompt).__name__}"
             )
         assert isinstance(parsed, DelegationInput)

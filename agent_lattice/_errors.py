@@ -3,13 +3,20 @@
 Every error the library raises derives from :class:`LatticeError`::
 
     LatticeError
-    ├── OptionError            a developer mistake found at assembly time (unknown option, bad value)
+    ├── OptionError            a developer mistake (unknown option, bad value), found at assembly
+    │                          time where possible (also a ValueError)
+    ├── ToolInputError         a model's tool input failed the tool's schema; the model is told
+    │                          (an is_error tool result), callers of parse_input() get it (also a
+    │                          ValueError)
     ├── ConcurrentQueryError   a second query() on an Agent that is still running one
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
     │   └── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
     │                               than the reconnect limit
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
     ├── TracerError            a tracer bound with fail_on_error raised: likewise
+    ├── HistoryStoreError      a history store created with fail_on_error failed
+    ├── TranscriptMissing      a transcript or tool result the store does not hold (workers and
+    │                          clients must share LATTICE_TRANSCRIPT_DSN; also a LookupError)
     ├── ProviderError          a model client's classified failure (retryable or not), in workers
     └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
         ├── APIError           the model provider answered with an error
@@ -39,7 +46,9 @@ __all__ = [
     "OptionError",
     "ServerUnreachableError",
     "TimeoutError",
+    "ToolInputError",
     "TracerError",
+    "TranscriptMissing",
 ]
 
 
@@ -49,6 +58,17 @@ class LatticeError(Exception):
 
 class OptionError(LatticeError, ValueError):
     """An option, schema or argument is invalid; raised at assembly time."""
+
+
+class ToolInputError(LatticeError, ValueError):
+    """A model's input for a tool failed the tool's input schema. The model hears it as an
+    ``is_error`` tool result and may retry; it is a ValueError so callers of
+    ``ToolDefinition.parse_input`` that catch ValueError keep working."""
+
+
+class TranscriptMissing(LatticeError, LookupError):
+    """A transcript head or tool result blob this process's store does not hold (workers and
+    clients must share it: ``LATTICE_TRANSCRIPT_DSN``). A LookupError for callers that catch one."""
 
 
 class ConcurrentQueryError(LatticeError):

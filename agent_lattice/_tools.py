@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ._errors import OptionError
+from ._errors import OptionError, ToolInputError
 from ._options import check_options
 
 __all__ = [
@@ -139,11 +139,12 @@ class ToolDefinition(Generic[TInput]):
         )
 
     def parse_input(self, raw: Any) -> TInput:
-        """Validate the model's input; raises ``ValueError`` with a readable message."""
+        """Validate the model's input; raises `ToolInputError` (a ValueError) with a readable
+        message."""
         try:
             return self.validator(raw)
         except ValidationError as err:
-            raise ValueError(_validation_summary(err)) from None
+            raise ToolInputError(_validation_summary(err)) from None
 
     async def invoke(
         self, raw_input: Any, ctx: ToolContext, *, executor: Executor | None = None
@@ -263,10 +264,10 @@ def schema_of(schema: Any, *, where: str) -> tuple[dict[str, Any], Callable[[Any
 
         def check_dict(raw: Any) -> Any:
             if not isinstance(raw, dict):
-                raise ValueError("input must be a JSON object")
+                raise ToolInputError("input must be a JSON object")
             missing = [k for k in json_schema.get("required", []) if k not in raw]
             if missing:
-                raise ValueError(f"missing required field(s): {', '.join(missing)}")
+                raise ToolInputError(f"missing required field(s): {', '.join(missing)}")
             return raw
 
         return json_schema, check_dict

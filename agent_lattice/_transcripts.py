@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, TranscriptMissing
 from ._messages import ModelMessage, ToolResultBlock
 
 __all__ = [
@@ -45,10 +45,6 @@ __all__ = [
 # Tool results (and prompts) longer than this many characters of JSON travel by reference.
 INLINE_LIMIT = int(os.environ.get("LATTICE_INLINE_LIMIT", "2048"))
 _PREVIEW = 160
-
-
-class TranscriptMissing(LookupError):
-    """A head or blob this process's store does not hold (workers and clients must share it)."""
 
 
 def _digest(data: str) -> str:
