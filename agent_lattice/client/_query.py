@@ -35,6 +35,7 @@ from .._tracing import ContextTracer
 from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ._merge import Failed, Live, Mark, Merge, Nested
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
 from ._runtime import Runtime, get_default_runtime
 
@@ -47,10 +48,6 @@ __all__ = ["QueryRun"]
 log = logging.getLogger("agent_lattice.query")
 
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
-# Bounded: a consumer that stops reading slows the producers down instead of piling up events.
-QUEUE_SIZE = 256
-_END = object()
-_STORE_FAILED = object()
 # how long prompt() waits, after the result, for the store's reader to see the last messages
 FOLLOW_GRACE_S = 10.0
 
@@ -266,22 +263,22 @@ class QueryRun:
         agent = self.agent
         await agent._prepare(runtime)
         await runtime.ensure_worker(agent)
-        queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_SIZE)
+        merge = Merge()
         session_id = agent.session_id
         receiver = channel = None
         if self.stream:
             receiver = await runtime.stream_receiver()
 
             async def deliver(item: dict[str, Any]) -> None:
-                await queue.put(
+                await merge.put_live(
                     StreamEventMessage(
                         event=item["event"],
                         session_id=session_id,
                         turn=item.get("turn", 1),
                         attempt=item.get("attempt", 1),
-                    )
+                    ),
+                    item.get("after", 0),
                 )
-                await queue.put(item.get("after", 0))
 
             channel = receiver.open(deliver)
         await self._start(runtime, receiver.address if receiver else None, channel)
@@ -293,13 +290,13 @@ class QueryRun:
                 ):
                     # into the history store as it lands, before the caller sees it
                     if not await self._landed(message):
-                        await queue.put(_STORE_FAILED)
+                        await merge.put(Mark.STORE_FAILED)
                         return
-                    await queue.put(message)
+                    await merge.put(message)
             except Exception as err:  # the caller hears why the messages stopped
-                await queue.put(_Failed(err))
+                await merge.put(Failed(err))
             finally:
-                await queue.put(_END)
+                await merge.put(Mark.END)
 
         durable = asyncio.create_task(pump_durable())
         members: list[asyncio.Task[None]] = []  # a team's member queries, nested in the stream
@@ -312,14 +309,14 @@ class QueryRun:
             try:
                 async for nested in runtime.durable_messages(source, appears_within=APPEARS_S):
                     if isinstance(nested, TeamMessageEvent | TeamAgentEvent):
-                        await queue.put(_Nested(nested))  # the inner team's own event
+                        await merge.put(Nested(nested))  # the inner team's own event
                         if _has_stream(nested):
                             members.append(asyncio.create_task(pump_member(nested)))
                     elif isinstance(
                         nested, SystemMessage | AssistantMessage | UserMessage | ResultMessage
                     ):
-                        await queue.put(
-                            _Nested(
+                        await merge.put(
+                            Nested(
                                 AgentMessageEvent(
                                     team=event.team,
                                     member=event.member,
@@ -333,53 +330,46 @@ class QueryRun:
                 log.debug("messages of %s unavailable: %s", source, err)
 
         finished = False
-        # A stream event says how many durable messages were published before its model
-        # request; it waits until the caller has seen those, so the order is the workflow's.
-        seen = 0
-        held: list[tuple[int, StreamEventMessage]] = []
         try:
             while True:
                 try:
                     # waiting gives up once the server has been unreachable for too long
-                    item = queue.get_nowait() if queue.qsize() else None
+                    item = merge.get_nowait()
                     if item is None:
-                        item = await runtime.watch.until_lost(queue.get())
+                        item = await runtime.watch.until_lost(merge.get())
                 except asyncio.CancelledError:
                     self._cancelled = True  # the consuming task was cancelled: abort
                     raise
-                if item is _END:
+                if item is Mark.END:
                     break
-                if isinstance(item, _Failed):
+                if isinstance(item, Failed):
                     runtime.watch.raise_if_lost(item.error)
                     raise item.error
-                if item is _STORE_FAILED:
+                if item is Mark.STORE_FAILED:
                     self._raise_store_failure()
-                if isinstance(item, _Nested):
+                    continue
+                if isinstance(item, Nested):
                     yield item.event
+                    continue
+                if isinstance(item, Live):
+                    for event in merge.release(item):
+                        yield event
                     continue
                 if _has_stream(item):
                     members.append(asyncio.create_task(pump_member(item)))
-                if isinstance(item, StreamEventMessage):
-                    after = await queue.get()
-                    if after > seen or held:
-                        held.append((after, item))
-                        continue
-                    yield item
-                    continue
                 if isinstance(item, ResultMessage):
                     finished = True
                     await self._collect(runtime, await self._output(), new_messages)
                     _raise_hook_failure(item)
-                    for _, event in held:
+                    for event in merge.flush():
                         yield event
-                    async for nested in _rest_of(members, queue):
+                    async for nested in merge.rest_of(members):
                         yield nested
                     yield item
                     break
                 yield item
-                seen += 1
-                while held and held[0][0] <= seen:
-                    yield held.pop(0)[1]
+                for event in merge.delivered():
+                    yield event
         finally:
             if receiver is not None and channel is not None:
                 receiver.discard(channel)
@@ -452,20 +442,6 @@ class QueryRun:
         await self._collect(runtime, output, new_messages)
 
 
-class _Failed:
-    """Why the run's durable messages stopped before its result."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class _Nested:
-    """A member's message (or a nested team's event) on its way into the team's stream."""
-
-    def __init__(self, event: AgentMessageEvent | TeamMessageEvent | TeamAgentEvent) -> None:
-        self.event = event
-
-
 def _has_stream(item: Any) -> bool:
     """A member's work started whose messages can be followed: an agent's query, or a
     nested team's (through its lead's query)."""
@@ -475,23 +451,6 @@ def _has_stream(item: Any) -> bool:
         and bool(item.workflow_id)  # a host AgentLike member's work has no workflow
         and (not item.workflow_id.startswith("team-") or item.lead_workflow_id is not None)
     )
-
-
-async def _rest_of(
-    members: list[asyncio.Task[None]], queue: asyncio.Queue[Any], within: float = 30.0
-) -> AsyncIterator[AgentMessageEvent | TeamMessageEvent | TeamAgentEvent]:
-    """The member messages still on their way when the lead's result arrives."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        try:
-            item = await asyncio.wait_for(queue.get(), 0.05)
-        except TimeoutError:
-            if all(t.done() for t in members):
-                break
-            continue
-        if isinstance(item, _Nested):
-            yield item.event
 
 
 def workspace_grants_of(permissions: Mapping[str, Any] | None) -> list[str]:
