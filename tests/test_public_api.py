@@ -6,13 +6,209 @@ import re
 from pathlib import Path
 
 import agent_lattice
+import agent_lattice.activities
+import agent_lattice.cli
+import agent_lattice.client
+import agent_lattice.providers
 import agent_lattice.testing
+import agent_lattice.worker
+import agent_lattice.workflows
 
 PACKAGE = Path(agent_lattice.__file__).parent
+MODULES = (
+    agent_lattice,
+    agent_lattice.activities,
+    agent_lattice.cli,
+    agent_lattice.client,
+    agent_lattice.providers,
+    agent_lattice.testing,
+    agent_lattice.worker,
+    agent_lattice.workflows,
+)
+
+# The public API, pinned: adding or removing a name is a decision made here, in review.
+PUBLIC = {
+    "agent_lattice": [
+        "DEFAULT_COMPACTION_PROMPT",
+        "SUBMIT_OUTPUT_TOOL_NAME",
+        "APIError",
+        "AbortError",
+        "Agent",
+        "AgentHooks",
+        "AgentLike",
+        "AgentMessageEvent",
+        "AgentRunError",
+        "AgentSpec",
+        "AnthropicModelClient",
+        "AssistantMessage",
+        "BatchPolicyRequest",
+        "ConcurrentQueryError",
+        "ConfigurationError",
+        "ContentBlock",
+        "ContextTracer",
+        "DelegationInput",
+        "DevServer",
+        "DrainResult",
+        "ErrorInfo",
+        "HistoryStore",
+        "HistoryStoreError",
+        "HookError",
+        "LatticeError",
+        "LatticePlugin",
+        "MCPClient",
+        "MCPConnection",
+        "MaxTurnsError",
+        "MissingOutputError",
+        "ModelClient",
+        "ModelMessage",
+        "ModelRequest",
+        "ModelRequestContext",
+        "OptionError",
+        "PermissionRequest",
+        "ProviderError",
+        "RedactedThinkingBlock",
+        "ResultMessage",
+        "Runtime",
+        "SDKMessage",
+        "ServerUnreachableError",
+        "Skill",
+        "StreamEventMessage",
+        "SystemMessage",
+        "Team",
+        "TeamAgentEvent",
+        "TeamMailbox",
+        "TeamMember",
+        "TeamMessage",
+        "TeamMessageEvent",
+        "TextBlock",
+        "ThinkingBlock",
+        "TimeoutError",
+        "ToolCallInfo",
+        "ToolContext",
+        "ToolDefinition",
+        "ToolInputError",
+        "ToolResult",
+        "ToolResultBlock",
+        "ToolResultContext",
+        "ToolUseBlock",
+        "TraceEvent",
+        "TracerError",
+        "TranscriptMissing",
+        "Usage",
+        "UserMessage",
+        "agent_tool",
+        "connect_mcp_stdio_server",
+        "connect_mcp_streamable_http_server",
+        "create_agent",
+        "create_agent_workspace_tools",
+        "create_bare_agent",
+        "create_builtin_tools",
+        "create_composite_agent_hooks",
+        "create_composite_context_tracer",
+        "create_jsonl_context_tracer",
+        "create_jsonl_history_store",
+        "create_langfuse_context_tracer",
+        "create_langsmith_context_tracer",
+        "create_mcp_tools",
+        "create_memory_mailbox",
+        "create_postgres_history_store",
+        "create_postgres_mailbox",
+        "create_sqlite_mailbox",
+        "create_team",
+        "create_worker",
+        "create_workflow_mailbox",
+        "define_agent",
+        "define_context_tracer",
+        "define_history_store",
+        "delegate_tool",
+        "get_default_runtime",
+        "load_skill",
+        "mailbox_id",
+        "set_default_runtime",
+        "skill",
+        "team_member",
+        "tool",
+    ],
+    "agent_lattice.activities": [
+        "AgentActivities",
+    ],
+    "agent_lattice.cli": [
+        "Renderer",
+        "app",
+        "main",
+    ],
+    "agent_lattice.client": [
+        "ActivitySettings",
+        "DevServer",
+        "Runtime",
+        "create_workflow_mailbox",
+        "get_default_runtime",
+        "set_default_runtime",
+        "temporal_binary",
+    ],
+    "agent_lattice.providers": [
+        "AnthropicModelClient",
+        "EventSink",
+        "ModelClient",
+        "ModelRequest",
+        "ProviderError",
+    ],
+    "agent_lattice.testing": [
+        "FAST_SETTINGS",
+        "SAMPLE_CONVERSATION",
+        "FakeAnthropicServer",
+        "FakeTracingServer",
+        "Handler",
+        "RecordedRequest",
+        "Reply",
+        "Script",
+        "ScriptExhaustedError",
+        "assert_eventually",
+        "check_history_store_conformance",
+        "check_mailbox_conformance",
+        "collect",
+        "disconnect",
+        "error",
+        "hang",
+        "message",
+        "overloaded",
+        "rate_limited",
+        "slow",
+        "stream_error",
+        "text",
+        "text_block",
+        "thinking_block",
+        "tool_use",
+        "tool_use_block",
+    ],
+    "agent_lattice.worker": [
+        "AgentRegistry",
+        "LatticePlugin",
+        "create_worker",
+        "create_workers",
+    ],
+    "agent_lattice.workflows": [
+        "AgentRunInput",
+        "AgentRunOutput",
+        "AgentWorkflow",
+        "TeamWorkflow",
+    ],
+}
+
+
+def test_public_names_are_the_pinned_ones():
+    assert sorted(PUBLIC) == sorted(m.__name__ for m in MODULES)
+    for module in MODULES:
+        names, pinned = set(module.__all__), set(PUBLIC[module.__name__])
+        assert (sorted(names - pinned), sorted(pinned - names)) == ([], []), (
+            f"{module.__name__}.__all__ changed (added, removed): if that is meant, "
+            "update PUBLIC in tests/test_public_api.py"
+        )
+        assert not [n for n in names if n.startswith("_")], module.__name__
 
 
 def test_all_is_explicit_and_importable():
-    for module in (agent_lattice, agent_lattice.testing):
+    for module in MODULES:
         names = module.__all__
         # isort-style order, as ruff keeps it: constants, then classes, then functions
         order = sorted(names, key=lambda n: (not n.isupper(), not n[0].isupper(), n))

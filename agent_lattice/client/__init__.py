@@ -3,7 +3,7 @@
 from ..workflows._types import ActivitySettings
 from ._mailbox import create_workflow_mailbox
 from ._runtime import Runtime, get_default_runtime, set_default_runtime
-from ._server import DevServer, lattice_home, temporal_binary
+from ._server import DevServer, temporal_binary
 
 __all__ = [
     "ActivitySettings",
@@ -11,7 +11,6 @@ __all__ = [
     "Runtime",
     "create_workflow_mailbox",
     "get_default_runtime",
-    "lattice_home",
     "set_default_runtime",
     "temporal_binary",
 ]

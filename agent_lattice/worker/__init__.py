@@ -2,14 +2,11 @@
 
 from ._plugin import LatticePlugin
 from ._registry import AgentRegistry
-from ._worker import app_agents, create_worker, create_workers, load_app, resolve_agent
+from ._worker import create_worker, create_workers
 
 __all__ = [
     "AgentRegistry",
     "LatticePlugin",
-    "app_agents",
     "create_worker",
     "create_workers",
-    "load_app",
-    "resolve_agent",
 ]
