@@ -14,24 +14,11 @@ from typing import Any, NoReturn
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    ChildWorkflowError,
-    WorkflowAlreadyStartedError,
-)
-from temporalio.workflow import ActivityCancellationType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from .._compaction import is_context_overflow
-    from .._loop import (
-        batch_rejection,
-        rejected_results,
-        text_of,
-        truncated_results,
-        unknown_tool_result,
-    )
+    from .._loop import batch_rejection, rejected_results, text_of, truncated_results
     from .._messages import (
         AssistantMessage,
         ContentBlock,
@@ -42,15 +29,13 @@ with workflow.unsafe.imports_passed_through():
         SystemMessage,
         TeamAgentEvent,
         TeamMessageEvent,
-        TextBlock,
-        ToolResultBlock,
-        ToolUseBlock,
         Usage,
         UserMessage,
     )
     from .._tools import SUBMIT_OUTPUT_TOOL_NAME
-    from ._children import signal_quietly, start_query
-    from ._failures import cut_off, did_not_finish, error_info, gave_up
+    from ._delegating import Delegating
+    from ._failures import error_info, gave_up
+    from ._tool_batch import ToolBatch
     from ._types import (
         ActivitySettings,
         AgentRunInput,
@@ -58,24 +43,16 @@ with workflow.unsafe.imports_passed_through():
         CompactInput,
         CompactOutput,
         Continuation,
-        DelegateCallInput,
-        DelegatePrepared,
         ModelCallInput,
         ModelCallOutput,
         Report,
-        ToolCallInput,
         ToolCallOutput,
-        ToolResultsHookInput,
         TraceInput,
     )
 
 MESSAGES_TOPIC = "messages"
 MODEL_ACTIVITY = "lattice.model_request"
-TOOL_ACTIVITY = "lattice.tool_call"
-HOOKS_ACTIVITY = "lattice.tool_result_hooks"
 TRACE_ACTIVITY = "lattice.trace"
-DELEGATE_PREPARE_ACTIVITY = "lattice.delegate_prepare"
-DELEGATE_FINISH_ACTIVITY = "lattice.delegate_finish"
 COMPACT_ACTIVITY = "lattice.compact"
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 # durable messages a run hands to its continuation (readers further behind re-read the record)
@@ -83,7 +60,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow:
+class AgentWorkflow(ToolBatch, Delegating):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -457,304 +434,6 @@ class AgentWorkflow:
         finally:
             self._model_call = None
 
-    async def _run_tools(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
-        """Run a batch: consecutive concurrency-safe calls together, the others alone;
-        results keep the tool_use order, and one failure does not discard the others."""
-        known = self._input.agent.tools
-        outcomes: dict[str, ToolCallOutput] = {}
-        limit = asyncio.Semaphore(self._input.agent.max_concurrency)
-
-        async def bounded(use: ToolUseBlock) -> None:
-            async with limit:
-                outcomes[use.id] = await self._call_tool(use)
-
-        group: list[ToolUseBlock] = []
-        for use in reply.tool_uses:
-            if use.name not in known:
-                outcomes[use.id] = self._made(
-                    [ToolCallOutput(block=unknown_tool_result(use, known))]
-                )[0]
-            elif use.id in safe:
-                group.append(use)
-            else:
-                await asyncio.gather(*(bounded(u) for u in group))
-                group = []
-                outcomes[use.id] = await self._call_tool(use)
-        await asyncio.gather(*(bounded(u) for u in group))
-        return [outcomes[use.id] for use in reply.tool_uses]
-
-    async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
-        if self._aborted:  # queued calls do not start after an abort
-            return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
-        agent = self._input.agent
-        if use.name in agent.delegates or (
-            use.name in agent.member_adapters and use.input.get("mode") == "handoff"
-        ):
-            return await self._call_child(use)
-        task = asyncio.ensure_future(self._call_tool_activity(use))
-        self._tool_calls.add(task)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if not self._aborted:
-                raise
-            return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
-        finally:
-            self._tool_calls.discard(task)
-
-    async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
-        """An agent tool call: the child agent's query runs as a child workflow of this one.
-        Host code (permission, input mapping, output validation, hooks) runs in local
-        activities before and after it."""
-        input = self._input
-        call = DelegateCallInput(
-            **self._call_input(use).model_dump(), team_workflow_id=input.team_workflow_id
-        )
-        host = {
-            "start_to_close_timeout": timedelta(seconds=input.settings.tool_timeout_s),
-            "retry_policy": RetryPolicy(
-                non_retryable_error_types=["AgentNotRegistered", "HookError", "TracerError"]
-            ),
-        }
-        try:
-            prepared: DelegatePrepared = await workflow.execute_local_activity(
-                DELEGATE_PREPARE_ACTIVITY,
-                call,
-                result_type=DelegatePrepared,
-                summary=f"{input.agent.name} · delegate {use.name}",
-                **host,
-            )
-            if prepared.handoff is not None and input.team_workflow_id is not None:
-                # the team runtime runs it; the receipt answers the call now
-                team = workflow.get_external_workflow_handle(input.team_workflow_id)
-                await team.signal("handoff", prepared.handoff)
-                self._handoffs.add(use.id)
-            if prepared.result is not None:
-                return prepared.result
-            assert prepared.child is not None and prepared.workflow_id is not None
-            child_input = prepared.child.model_copy(update={"settings": input.settings})
-            output: AgentRunOutput | None = None
-            error: str | None = None
-            try:
-                handle = await start_query(
-                    child_input,
-                    prepared.team_child,  # the member is a team: run its TeamWorkflow
-                    id=prepared.workflow_id,
-                    task_queue=prepared.task_queue,
-                    summary=f"{child_input.agent.name} · delegated by {input.agent.name}",
-                )
-                self._children[use.id] = handle
-                if self._aborted or self._interrupted:  # the signal came while it started
-                    self._signal_children("abort" if self._aborted else "interrupt")
-                output = await handle
-            except (ChildWorkflowError, WorkflowAlreadyStartedError) as err:
-                error = str(err.cause or err) if isinstance(err, ChildWorkflowError) else str(err)
-            finally:
-                self._children.pop(use.id, None)
-            if output is not None:
-                self._add_child_usage(output.result)
-            return await workflow.execute_local_activity(
-                DELEGATE_FINISH_ACTIVITY,
-                call.model_copy(update={"output": output, "error": error}),
-                result_type=ToolCallOutput,
-                summary=f"{input.agent.name} · delegate {use.name} · result",
-                **host,
-            )
-        except (ActivityError, ApplicationError) as err:
-            if error_info(err).type in ("HookError", "TracerError"):
-                raise
-            return self._could_not_run(use, err)
-
-    async def _collect_reports(self, handed: list[str]) -> TextBlock:
-        """The team's reports on this batch's handoffs, in handoff order, as one text block."""
-        await workflow.wait_condition(
-            lambda: all(i in self._reports for i in handed) or self._aborted
-        )
-        reports = [
-            self._reports.pop(i)
-            if i in self._reports
-            else Report(
-                tool_use_id=i,
-                member="?",
-                message_id="",
-                status="cancelled",
-                content="not finished: the run was aborted",
-            )
-            for i in handed
-        ]
-        self._handoffs.difference_update(handed)
-        for r in reports:
-            self._add_child_usage(
-                ResultMessage(
-                    subtype="success", session_id="", usage=r.usage, usage_by_agent=r.usage_by_agent
-                )
-            )
-        parts = [
-            f"[report from {r.member} · {r.status} · message {r.message_id}]\n{r.content}"
-            for r in reports
-        ]
-        return TextBlock(text="Team reports, in handoff order:\n\n" + "\n\n".join(parts))
-
-    def _signal_team(self, name: str) -> None:
-        team_id = self._input.team_workflow_id
-        if team_id:
-            team = workflow.get_external_workflow_handle(team_id)
-            self._pending_signals.append(asyncio.ensure_future(signal_quietly(team, name)))
-
-    def _signal_children(self, name: str) -> None:
-        for handle in list(self._children.values()):
-            self._pending_signals.append(asyncio.ensure_future(signal_quietly(handle, name)))
-
-    def _add_child_usage(self, result: ResultMessage) -> None:
-        """A child's usage is the parent's too; each agent's own share is kept apart."""
-        self._usage = self._usage + result.usage
-        shares = result.usage_by_agent or {"agent": result.usage}
-        for name, usage in shares.items():
-            self._usage_by_agent[name] = self._usage_by_agent.get(name, Usage()) + usage
-
-    def _usage_shares(self) -> dict[str, Usage]:
-        """Each agent's own usage: the children's as they reported it, this agent's the rest."""
-        shares = dict(self._usage_by_agent)
-        children = Usage()
-        for usage in shares.values():
-            children = children + usage
-        name = self._input.agent.name
-        own = Usage(
-            input_tokens=self._usage.input_tokens - children.input_tokens,
-            output_tokens=self._usage.output_tokens - children.output_tokens,
-            cache_creation_input_tokens=self._usage.cache_creation_input_tokens
-            - children.cache_creation_input_tokens,
-            cache_read_input_tokens=self._usage.cache_read_input_tokens
-            - children.cache_read_input_tokens,
-        )
-        shares[name] = shares.get(name, Usage()) + own
-        return shares
-
-    def _call_input(self, use: ToolUseBlock) -> ToolCallInput:
-        input = self._input
-        return ToolCallInput(
-            agent_key=input.agent.key,
-            session_id=input.session_id,
-            tool_use=use,
-            run_id=workflow.info().run_id,
-            context=input.context,
-            trace_seq=self._seq_block(2),
-            workspace_grants=input.workspace_grants,
-        )
-
-    async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:
-        input, s = self._input, self._input.settings
-        call = self._call_input(use)
-        name = call.tool_use.name
-        timeout = input.agent.tool_timeouts.get(name, s.tool_timeout_s)
-        # A call cut off (past its timeout, or its worker lost) may have had its side effect.
-        # Its second attempt first looks for the result the call recorded (the worker died
-        # before Temporal heard of it); else only a tool marked idempotent runs again, and
-        # the others answer that they did not finish. (Retry policies are not part of
-        # Temporal's determinism check.)
-        idempotent = name in input.agent.idempotent_tools
-        try:
-            if name in input.agent.cheap_tools:
-                return await workflow.execute_local_activity(
-                    TOOL_ACTIVITY,
-                    call,
-                    result_type=ToolCallOutput,
-                    start_to_close_timeout=timedelta(seconds=timeout),
-                    retry_policy=RetryPolicy(
-                        maximum_attempts=2,
-                        non_retryable_error_types=["AgentNotRegistered", "HookError"],
-                    ),
-                    summary=f"{input.agent.name} · tool {name}",
-                    # an abort waits for a started handler to settle (seeds: Concurrent tools)
-                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                )
-            return await workflow.execute_activity(
-                TOOL_ACTIVITY,
-                call,
-                result_type=ToolCallOutput,
-                start_to_close_timeout=timedelta(seconds=timeout),
-                heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=s.retry_initial_s),
-                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-                    maximum_attempts=2,
-                    non_retryable_error_types=["AgentNotRegistered", "HookError"],
-                ),
-                summary=f"{input.agent.name} · tool {name}",
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
-        except (ActivityError, ApplicationError) as err:
-            if error_info(err).type in ("HookError", "TracerError"):
-                raise
-            if self._aborted:
-                return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
-            why = cut_off(err, timeout)
-            if why is None:
-                return self._could_not_run(call.tool_use, err)
-            # here the second attempt could not run at all (or never got to answer)
-            message = did_not_finish(name, why, tried_twice=idempotent)
-            block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
-            return self._made([ToolCallOutput(block=block)])[0]
-
-    def _could_not_run(self, use: ToolUseBlock, err: BaseException) -> ToolCallOutput:
-        message = f"Tool {use.name!r} could not run: {error_info(err).message}"
-        block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
-        return self._made([ToolCallOutput(block=block)])[0]
-
-    def _made(self, outcomes: list[ToolCallOutput]) -> list[ToolCallOutput]:
-        """Mark results the workflow made itself: they still pass the on_tool_result hook."""
-        self._made_here.update(o.block.tool_use_id for o in outcomes)
-        return outcomes
-
-    async def _hook_made_here(
-        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
-    ) -> list[ToolCallOutput]:
-        outcomes = await self._hook_results(reply, outcomes)
-        if self._traced and self._made_here:
-            events: list[tuple[str, dict[str, object]]] = []
-            for use, outcome in zip(reply.tool_uses, outcomes, strict=True):
-                if use.id in self._made_here:
-                    events.append(
-                        ("tool_use", {"id": use.id, "name": use.name, "input": use.input})
-                    )
-                    events.append(
-                        ("tool_result", outcome.block.model_dump(mode="json", exclude={"type"}))
-                    )
-            await self._trace(events)
-        return outcomes
-
-    async def _hook_results(
-        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
-    ) -> list[ToolCallOutput]:
-        input = self._input
-        if not input.agent.result_hook or not self._made_here:
-            return outcomes
-        picked = [
-            (u, o)
-            for u, o in zip(reply.tool_uses, outcomes, strict=True)
-            if u.id in self._made_here
-        ]
-        shaped = await workflow.execute_local_activity(
-            HOOKS_ACTIVITY,
-            ToolResultsHookInput(
-                agent_key=input.agent.key,
-                session_id=input.session_id,
-                calls=[u for u, _ in picked],
-                results=[o.block for _, o in picked],
-            ),
-            result_type=list[ToolResultBlock],
-            start_to_close_timeout=timedelta(seconds=input.settings.tool_timeout_s),
-            retry_policy=RetryPolicy(non_retryable_error_types=["HookError", "AgentNotRegistered"]),
-            summary=f"{input.agent.name} · on_tool_result",
-        )
-        by_id = {b.tool_use_id: b for b in shaped}
-        return [
-            o.model_copy(update={"block": by_id[o.block.tool_use_id]})
-            if o.block.tool_use_id in by_id
-            else o
-            for o in outcomes
-        ]
-
     @property
     def _traced(self) -> bool:
         """Trace events go to the agent's own tracer or to the query's (``query(tracer=)``)."""
@@ -869,11 +548,3 @@ def _model_retries(s: ActivitySettings, *non_retryable: str) -> RetryPolicy:
 def _input_tokens(usage: Usage) -> int:
     """Everything the request read: fresh, cache-written and cache-read input tokens."""
     return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
-
-
-def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:
-    return ToolResultBlock(
-        tool_use_id=use.id,
-        content=f"Tool {use.name!r} was cancelled: the query was aborted.",
-        is_error=True,
-    )

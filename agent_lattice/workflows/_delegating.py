@@ -1,0 +1,182 @@
+"""The delegation part of AgentWorkflow: an agent tool's call as a child workflow, a team
+member's handoff and its report, signals passed on to children and the team, and each
+agent's share of the usage."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from .._messages import ResultMessage, TextBlock, ToolUseBlock, Usage
+    from ._children import signal_quietly, start_query
+    from ._failures import error_info
+    from ._types import (
+        AgentRunInput,
+        AgentRunOutput,
+        DelegateCallInput,
+        DelegatePrepared,
+        Report,
+        ToolCallInput,
+        ToolCallOutput,
+    )
+
+DELEGATE_PREPARE_ACTIVITY = "lattice.delegate_prepare"
+DELEGATE_FINISH_ACTIVITY = "lattice.delegate_finish"
+
+
+class Delegating:
+    """AgentWorkflow's children and team; its state is set in ``AgentWorkflow.__init__`` and
+    ``run``."""
+
+    _input: AgentRunInput
+    _aborted: bool
+    _interrupted: bool
+    _children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]]
+    _pending_signals: list[asyncio.Task[None]]
+    _usage: Usage
+    _usage_by_agent: dict[str, Usage]
+    _handoffs: set[str]
+    _reports: dict[str, Report]
+    # from ToolBatch
+    _call_input: Callable[[ToolUseBlock], ToolCallInput]
+    _could_not_run: Callable[[ToolUseBlock, BaseException], ToolCallOutput]
+
+    async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
+        """An agent tool call: the child agent's query runs as a child workflow of this one.
+        Host code (permission, input mapping, output validation, hooks) runs in local
+        activities before and after it."""
+        input = self._input
+        call = DelegateCallInput(
+            **self._call_input(use).model_dump(), team_workflow_id=input.team_workflow_id
+        )
+        host = {
+            "start_to_close_timeout": timedelta(seconds=input.settings.tool_timeout_s),
+            "retry_policy": RetryPolicy(
+                non_retryable_error_types=["AgentNotRegistered", "HookError", "TracerError"]
+            ),
+        }
+        try:
+            prepared: DelegatePrepared = await workflow.execute_local_activity(
+                DELEGATE_PREPARE_ACTIVITY,
+                call,
+                result_type=DelegatePrepared,
+                summary=f"{input.agent.name} · delegate {use.name}",
+                **host,
+            )
+            if prepared.handoff is not None and input.team_workflow_id is not None:
+                # the team runtime runs it; the receipt answers the call now
+                team = workflow.get_external_workflow_handle(input.team_workflow_id)
+                await team.signal("handoff", prepared.handoff)
+                self._handoffs.add(use.id)
+            if prepared.result is not None:
+                return prepared.result
+            assert prepared.child is not None and prepared.workflow_id is not None
+            child_input = prepared.child.model_copy(update={"settings": input.settings})
+            output: AgentRunOutput | None = None
+            error: str | None = None
+            try:
+                handle = await start_query(
+                    child_input,
+                    prepared.team_child,  # the member is a team: run its TeamWorkflow
+                    id=prepared.workflow_id,
+                    task_queue=prepared.task_queue,
+                    summary=f"{child_input.agent.name} · delegated by {input.agent.name}",
+                )
+                self._children[use.id] = handle
+                if self._aborted or self._interrupted:  # the signal came while it started
+                    self._signal_children("abort" if self._aborted else "interrupt")
+                output = await handle
+            except (ChildWorkflowError, WorkflowAlreadyStartedError) as err:
+                error = str(err.cause or err) if isinstance(err, ChildWorkflowError) else str(err)
+            finally:
+                self._children.pop(use.id, None)
+            if output is not None:
+                self._add_child_usage(output.result)
+            return await workflow.execute_local_activity(
+                DELEGATE_FINISH_ACTIVITY,
+                call.model_copy(update={"output": output, "error": error}),
+                result_type=ToolCallOutput,
+                summary=f"{input.agent.name} · delegate {use.name} · result",
+                **host,
+            )
+        except (ActivityError, ApplicationError) as err:
+            if error_info(err).type in ("HookError", "TracerError"):
+                raise
+            return self._could_not_run(use, err)
+
+    async def _collect_reports(self, handed: list[str]) -> TextBlock:
+        """The team's reports on this batch's handoffs, in handoff order, as one text block."""
+        await workflow.wait_condition(
+            lambda: all(i in self._reports for i in handed) or self._aborted
+        )
+        reports = [
+            self._reports.pop(i)
+            if i in self._reports
+            else Report(
+                tool_use_id=i,
+                member="?",
+                message_id="",
+                status="cancelled",
+                content="not finished: the run was aborted",
+            )
+            for i in handed
+        ]
+        self._handoffs.difference_update(handed)
+        for r in reports:
+            self._add_child_usage(
+                ResultMessage(
+                    subtype="success", session_id="", usage=r.usage, usage_by_agent=r.usage_by_agent
+                )
+            )
+        parts = [
+            f"[report from {r.member} · {r.status} · message {r.message_id}]\n{r.content}"
+            for r in reports
+        ]
+        return TextBlock(text="Team reports, in handoff order:\n\n" + "\n\n".join(parts))
+
+    def _signal_team(self, name: str) -> None:
+        team_id = self._input.team_workflow_id
+        if team_id:
+            team = workflow.get_external_workflow_handle(team_id)
+            self._pending_signals.append(asyncio.ensure_future(signal_quietly(team, name)))
+
+    def _signal_children(self, name: str) -> None:
+        for handle in list(self._children.values()):
+            self._pending_signals.append(asyncio.ensure_future(signal_quietly(handle, name)))
+
+    def _add_child_usage(self, result: ResultMessage) -> None:
+        """A child's usage is the parent's too; each agent's own share is kept apart."""
+        self._usage = self._usage + result.usage
+        shares = result.usage_by_agent or {"agent": result.usage}
+        for name, usage in shares.items():
+            self._usage_by_agent[name] = self._usage_by_agent.get(name, Usage()) + usage
+
+    def _usage_shares(self) -> dict[str, Usage]:
+        """Each agent's own usage: the children's as they reported it, this agent's the rest."""
+        shares = dict(self._usage_by_agent)
+        children = Usage()
+        for usage in shares.values():
+            children = children + usage
+        name = self._input.agent.name
+        own = Usage(
+            input_tokens=self._usage.input_tokens - children.input_tokens,
+            output_tokens=self._usage.output_tokens - children.output_tokens,
+            cache_creation_input_tokens=self._usage.cache_creation_input_tokens
+            - children.cache_creation_input_tokens,
+            cache_read_input_tokens=self._usage.cache_read_input_tokens
+            - children.cache_read_input_tokens,
+        )
+        shares[name] = shares.get(name, Usage()) + own
+        return shares

@@ -1,0 +1,215 @@
+"""The tool-batch part of AgentWorkflow: a model reply's tool calls run as activities
+(concurrency-safe ones together), and results the workflow made itself pass the
+``on_tool_result`` hook and the tracer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from .._loop import unknown_tool_result
+    from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
+    from ._failures import cut_off, did_not_finish, error_info
+    from ._types import AgentRunInput, ToolCallInput, ToolCallOutput, ToolResultsHookInput
+
+TOOL_ACTIVITY = "lattice.tool_call"
+HOOKS_ACTIVITY = "lattice.tool_result_hooks"
+
+
+class ToolBatch:
+    """AgentWorkflow's tool calls; its state is set in ``AgentWorkflow.__init__`` and ``run``."""
+
+    _input: AgentRunInput
+    _aborted: bool
+    _tool_calls: set[asyncio.Task[ToolCallOutput]]
+    _made_here: set[str]
+    _traced: bool
+    # from AgentWorkflow and Delegating
+    _seq_block: Callable[[int], int]
+    _trace: Callable[[list[tuple[str, dict[str, object]]]], Awaitable[None]]
+    _call_child: Callable[[ToolUseBlock], Awaitable[ToolCallOutput]]
+
+    async def _run_tools(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
+        """Run a batch: consecutive concurrency-safe calls together, the others alone;
+        results keep the tool_use order, and one failure does not discard the others."""
+        known = self._input.agent.tools
+        outcomes: dict[str, ToolCallOutput] = {}
+        limit = asyncio.Semaphore(self._input.agent.max_concurrency)
+
+        async def bounded(use: ToolUseBlock) -> None:
+            async with limit:
+                outcomes[use.id] = await self._call_tool(use)
+
+        group: list[ToolUseBlock] = []
+        for use in reply.tool_uses:
+            if use.name not in known:
+                outcomes[use.id] = self._made(
+                    [ToolCallOutput(block=unknown_tool_result(use, known))]
+                )[0]
+            elif use.id in safe:
+                group.append(use)
+            else:
+                await asyncio.gather(*(bounded(u) for u in group))
+                group = []
+                outcomes[use.id] = await self._call_tool(use)
+        await asyncio.gather(*(bounded(u) for u in group))
+        return [outcomes[use.id] for use in reply.tool_uses]
+
+    async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
+        if self._aborted:  # queued calls do not start after an abort
+            return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
+        agent = self._input.agent
+        if use.name in agent.delegates or (
+            use.name in agent.member_adapters and use.input.get("mode") == "handoff"
+        ):
+            return await self._call_child(use)
+        task = asyncio.ensure_future(self._call_tool_activity(use))
+        self._tool_calls.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not self._aborted:
+                raise
+            return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
+        finally:
+            self._tool_calls.discard(task)
+
+    def _call_input(self, use: ToolUseBlock) -> ToolCallInput:
+        input = self._input
+        return ToolCallInput(
+            agent_key=input.agent.key,
+            session_id=input.session_id,
+            tool_use=use,
+            run_id=workflow.info().run_id,
+            context=input.context,
+            trace_seq=self._seq_block(2),
+            workspace_grants=input.workspace_grants,
+        )
+
+    async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:
+        input, s = self._input, self._input.settings
+        call = self._call_input(use)
+        name = call.tool_use.name
+        timeout = input.agent.tool_timeouts.get(name, s.tool_timeout_s)
+        # A call cut off (past its timeout, or its worker lost) may have had its side effect.
+        # Its second attempt first looks for the result the call recorded (the worker died
+        # before Temporal heard of it); else only a tool marked idempotent runs again, and
+        # the others answer that they did not finish. (Retry policies are not part of
+        # Temporal's determinism check.)
+        idempotent = name in input.agent.idempotent_tools
+        try:
+            if name in input.agent.cheap_tools:
+                return await workflow.execute_local_activity(
+                    TOOL_ACTIVITY,
+                    call,
+                    result_type=ToolCallOutput,
+                    start_to_close_timeout=timedelta(seconds=timeout),
+                    retry_policy=RetryPolicy(
+                        maximum_attempts=2,
+                        non_retryable_error_types=["AgentNotRegistered", "HookError"],
+                    ),
+                    summary=f"{input.agent.name} · tool {name}",
+                    # an abort waits for a started handler to settle (seeds: Concurrent tools)
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
+            return await workflow.execute_activity(
+                TOOL_ACTIVITY,
+                call,
+                result_type=ToolCallOutput,
+                start_to_close_timeout=timedelta(seconds=timeout),
+                heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=s.retry_initial_s),
+                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
+                    maximum_attempts=2,
+                    non_retryable_error_types=["AgentNotRegistered", "HookError"],
+                ),
+                summary=f"{input.agent.name} · tool {name}",
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except (ActivityError, ApplicationError) as err:
+            if error_info(err).type in ("HookError", "TracerError"):
+                raise
+            if self._aborted:
+                return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
+            why = cut_off(err, timeout)
+            if why is None:
+                return self._could_not_run(call.tool_use, err)
+            # here the second attempt could not run at all (or never got to answer)
+            message = did_not_finish(name, why, tried_twice=idempotent)
+            block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
+            return self._made([ToolCallOutput(block=block)])[0]
+
+    def _could_not_run(self, use: ToolUseBlock, err: BaseException) -> ToolCallOutput:
+        message = f"Tool {use.name!r} could not run: {error_info(err).message}"
+        block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
+        return self._made([ToolCallOutput(block=block)])[0]
+
+    def _made(self, outcomes: list[ToolCallOutput]) -> list[ToolCallOutput]:
+        """Mark results the workflow made itself: they still pass the on_tool_result hook."""
+        self._made_here.update(o.block.tool_use_id for o in outcomes)
+        return outcomes
+
+    async def _hook_made_here(
+        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
+    ) -> list[ToolCallOutput]:
+        outcomes = await self._hook_results(reply, outcomes)
+        if self._traced and self._made_here:
+            events: list[tuple[str, dict[str, object]]] = []
+            for use, outcome in zip(reply.tool_uses, outcomes, strict=True):
+                if use.id in self._made_here:
+                    events.append(
+                        ("tool_use", {"id": use.id, "name": use.name, "input": use.input})
+                    )
+                    events.append(
+                        ("tool_result", outcome.block.model_dump(mode="json", exclude={"type"}))
+                    )
+            await self._trace(events)
+        return outcomes
+
+    async def _hook_results(
+        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
+    ) -> list[ToolCallOutput]:
+        input = self._input
+        if not input.agent.result_hook or not self._made_here:
+            return outcomes
+        picked = [
+            (u, o)
+            for u, o in zip(reply.tool_uses, outcomes, strict=True)
+            if u.id in self._made_here
+        ]
+        shaped = await workflow.execute_local_activity(
+            HOOKS_ACTIVITY,
+            ToolResultsHookInput(
+                agent_key=input.agent.key,
+                session_id=input.session_id,
+                calls=[u for u, _ in picked],
+                results=[o.block for _, o in picked],
+            ),
+            result_type=list[ToolResultBlock],
+            start_to_close_timeout=timedelta(seconds=input.settings.tool_timeout_s),
+            retry_policy=RetryPolicy(non_retryable_error_types=["HookError", "AgentNotRegistered"]),
+            summary=f"{input.agent.name} · on_tool_result",
+        )
+        by_id = {b.tool_use_id: b for b in shaped}
+        return [
+            o.model_copy(update={"block": by_id[o.block.tool_use_id]})
+            if o.block.tool_use_id in by_id
+            else o
+            for o in outcomes
+        ]
+
+
+def _aborted_result(use: ToolUseBlock) -> ToolResultBlock:
+    return ToolResultBlock(
+        tool_use_id=use.id,
+        content=f"Tool {use.name!r} was cancelled: the query was aborted.",
+        is_error=True,
+    )
