@@ -310,3 +310,29 @@ async def test_a_sync_call_given_up_while_it_waited_for_a_thread_never_runs(
         assert answer["is_error"] is True and "ran past its 1 s timeout" in answer["content"]
     finally:
         await runtime.close()
+
+
+@pytest.mark.parametrize("cheap", [False, True], ids=["activity", "local-activity"])
+async def test_two_calls_with_one_tool_use_id_each_run(make_agent, fake_anthropic, cheap):
+    """Some Anthropic-compatible providers number their tool_use ids (Kimi's
+    ``functions.name:0``), so after a compaction one id comes back in the same query: each
+    call runs and is answered with its own result, never the earlier call's record."""
+    calls: list[str] = []
+
+    def note(input: Expr) -> str:
+        calls.append(input.expr)
+        return f"noted {input.expr}"
+
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("note", {"expr": "a"}, id="functions.note:0"),
+            tool_use("note", {"expr": "b"}, id="functions.note:0"),
+            text("done"),
+        )
+    )
+    agent = make_agent(tools=[tool("note", "Note", Expr, note, cheap=cheap)])
+    result = await asyncio.wait_for(agent.prompt("Note a, then b."), 30)
+
+    assert result.subtype == "success" and calls == ["a", "b"]
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["content"] == "noted b"

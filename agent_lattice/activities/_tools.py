@@ -112,6 +112,14 @@ class CallRecord:
     """A tool call's result kept in the transcript store under its idempotency key, written as
     soon as the handler returns (before the ``on_tool_result`` hook and the trace event).
 
+    The record's key adds the workflow run and the activity's id in it to the call's
+    idempotency key: a provider that numbers its tool_use ids (``functions.name:0``) repeats
+    one after a compaction, and a workflow id comes back once the server has forgotten its
+    run (retention, a new dev server) while the store remembers. Both stay the same for every
+    attempt of one call, and for a local activity replayed after a crash (its id is its
+    sequence number; its 1 s retry is well under the minute after which Temporal would give
+    it a new one).
+
     A worker can die, or lose the server past the heartbeat timeout, after the handler ran
     and before Temporal recorded the call's completion; the call's second attempt then finds
     the result here and answers with it. A local activity (a ``cheap`` tool) has no attempt
@@ -124,6 +132,7 @@ class CallRecord:
         self._store, self._ctx, self._idempotent = store, ctx, idempotent
         info = activity.info()
         self._info = info
+        self._key = f"{ctx.idempotency_key}@{info.workflow_run_id}/{info.activity_id}"
         self._marks_start = info.is_local and not idempotent
 
     async def answer(self) -> ToolResult | None:
@@ -131,7 +140,7 @@ class CallRecord:
         info = self._info
         if not (info.is_local or info.attempt > 1):
             return None
-        started, recorded = await self._store.tool_call(self._ctx.idempotency_key)
+        started, recorded = await self._store.tool_call(self._key)
         if recorded is not None:
             return ToolResult.model_validate_json(recorded)
         if self._idempotent or not (info.attempt > 1 or started):
@@ -143,7 +152,7 @@ class CallRecord:
         """``call``'s result, recorded. A tool that is not idempotent never gets another
         attempt that could run it: a failure around its handler (the permission callback, the
         record) is final, and the workflow tells the model the call did not finish."""
-        key = self._ctx.idempotency_key
+        key = self._key
         try:
             if self._marks_start:
                 await self._store.tool_call_started(key)
