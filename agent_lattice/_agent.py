@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
+from . import _settings
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
 from ._errors import ConcurrentQueryError, OptionError
@@ -359,8 +359,7 @@ class Agent:
     def task_queue(self) -> str:
         """The queue its queries run on: the ``task_queue`` option, else one derived from the
         definition (``LATTICE_TASK_QUEUE_PREFIX`` prepended, so test runs stay apart)."""
-        prefix = os.environ.get("LATTICE_TASK_QUEUE_PREFIX", "")
-        return self.config.task_queue or f"{prefix}lattice.{self.key}"
+        return self.config.task_queue or f"{_settings.task_queue_prefix()}lattice.{self.key}"
 
     @property
     def tools(self) -> tuple[ToolDefinition[Any], ...]:

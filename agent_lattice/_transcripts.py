@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -30,11 +29,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _settings
 from ._errors import ConfigurationError, TranscriptMissing
 from ._messages import ModelMessage, ToolResultBlock
 
 __all__ = [
-    "INLINE_LIMIT",
     "TranscriptMissing",
     "TranscriptStore",
     "hydrate",
@@ -42,8 +41,6 @@ __all__ = [
     "run_transcript",
 ]
 
-# Tool results (and prompts) longer than this many characters of JSON travel by reference.
-INLINE_LIMIT = int(os.environ.get("LATTICE_INLINE_LIMIT", "2048"))
 _PREVIEW = 160
 
 
@@ -137,7 +134,7 @@ class TranscriptStore:
     async def externalize(self, block: ToolResultBlock) -> ToolResultBlock:
         """A large result as a reference with a short preview; small ones unchanged."""
         data = json.dumps(block.content, ensure_ascii=False)
-        if len(data) <= INLINE_LIMIT or block.content_ref is not None:
+        if len(data) <= _settings.inline_limit() or block.content_ref is not None:
             return block
         ref = await self.put_blob(data)
         text = block.content if isinstance(block.content, str) else data
@@ -346,13 +343,11 @@ _STORES_LOCK = threading.Lock()
 def open_transcript_store(home: Path | None = None) -> TranscriptStore:
     """This process's store: ``LATTICE_TRANSCRIPT_DSN`` (Postgres) or SQLite in ``home``
     (default ``LATTICE_HOME``). One instance per location."""
-    dsn = os.environ.get("LATTICE_TRANSCRIPT_DSN")
+    dsn = _settings.transcript_dsn()
     if dsn:
         key = f"pg:{dsn}"
     else:
-        from .client._server import lattice_home
-
-        key = f"sqlite:{(home or lattice_home()) / 'transcripts.db'}"
+        key = f"sqlite:{(home or _settings.lattice_home()) / 'transcripts.db'}"
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:

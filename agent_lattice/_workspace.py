@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from . import _settings
 from ._bash import BashReading, bash_write_targets, read_command
 from ._errors import OptionError
 from ._options import check_options
@@ -50,9 +51,7 @@ BASH_MAX_TIMEOUT_S = 600
 
 
 def default_workspace(name: str | None, session_id: str) -> Path:
-    from .client._server import lattice_home
-
-    return lattice_home() / "workspaces" / (name or f"agent-{session_id}")
+    return _settings.lattice_home() / "workspaces" / (name or f"agent-{session_id}")
 
 
 def workspace_prompt(root: Path) -> str:

@@ -17,9 +17,10 @@ from rich.text import Text
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
 from ..client._reconnect import unreachable
-from ..client._server import DevServer, lattice_home
+from ..client._server import DevServer
 
 stdout = Console(soft_wrap=True, emoji=False, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
@@ -46,7 +47,7 @@ def _describe_error(err: BaseException) -> str:
 
 def _server_address() -> str:
     """The server a command connects to: ``TEMPORAL_ADDRESS``, else the embedded one."""
-    recorded = DevServer.recorded(lattice_home())
+    recorded = DevServer.recorded(_settings.lattice_home())
     return os.environ.get("TEMPORAL_ADDRESS") or (recorded.address if recorded else "?")
 
 
@@ -66,7 +67,7 @@ def errors_as_exit(code: int = EXIT_USAGE) -> Iterator[None]:
     except (KeyboardInterrupt, asyncio.CancelledError):
         raise typer.Exit(130) from None
     except Exception as err:
-        if os.environ.get("LATTICE_DEBUG"):
+        if _settings.debug():
             raise
         fail(_describe_error(err))
         lost = isinstance(err, ServerUnreachableError) or unreachable(err)
@@ -99,7 +100,7 @@ def _configure_logging() -> None:
     if any(getattr(h, "lattice_cli", False) for h in logger.handlers):
         return
     handler = logging.StreamHandler(sys.stderr)
-    debug = bool(os.environ.get("LATTICE_DEBUG"))
+    debug = _settings.debug()
     handler.setFormatter(
         logging.Formatter("%(levelname)s %(name)s: %(message)s") if debug else _OneLineFormatter()
     )

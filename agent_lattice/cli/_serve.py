@@ -14,10 +14,11 @@ from rich.text import Text
 from temporalio.client import Client
 
 from .._agent import Agent
+from .._settings import lattice_home
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
-from ..client._server import DevServer, lattice_home
+from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app
 from ._plumbing import client_target, errors_as_exit, execute, on_signals, stderr, stdout

@@ -5,7 +5,6 @@ status changes are updates, reads are queries."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -15,6 +14,7 @@ from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeou
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from .. import _settings
 from .._errors import ConfigurationError, OptionError
 from .._mailbox import MessageStatus, TeamMessage
 from ..workflows._mailbox import (
@@ -38,8 +38,7 @@ class WorkflowMailbox:
     """A client of one ``TeamMailboxWorkflow`` (started by the first message sent)."""
 
     def __init__(self, name: str, runtime: Any, max_history_events: int) -> None:
-        prefix = os.environ.get("LATTICE_TASK_QUEUE_PREFIX", "")
-        self.workflow_id = f"{prefix}team-mailbox-{name}"
+        self.workflow_id = f"{_settings.task_queue_prefix()}team-mailbox-{name}"
         self._runtime = runtime
         self._max_history_events = max_history_events
         # a team's default mailbox uses its lead's runtime (bound before or after create_team)

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
+from .. import _settings
 from .._errors import HistoryStoreError, HookError, OptionError, TracerError
 from .._history import QueryMirror
 from .._messages import (
@@ -32,7 +33,6 @@ from .._messages import (
 )
 from .._options import check_options
 from .._tracing import ContextTracer
-from .._transcripts import INLINE_LIMIT
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
 from ._merge import Failed, Live, Mark, Merge, Nested
@@ -131,7 +131,7 @@ class QueryRun:
         store = runtime.transcripts
         head = await store.append(await agent._transcript_head(store), [prompt_message])
         prompt_json = json.dumps(prompt_message.to_wire()["content"], ensure_ascii=False)
-        large = len(prompt_json) > INLINE_LIMIT
+        large = len(prompt_json) > _settings.inline_limit()
         run_input = AgentRunInput(
             agent=agent_ref(agent),
             session_id=agent.session_id,

@@ -26,6 +26,7 @@ from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from .. import _settings
 from .._delegation import delegation_targets
 from .._messages import (
     AssistantMessage,
@@ -57,7 +58,7 @@ from ._orphans import (
     team_may_start,
 )
 from ._reconnect import DEFAULT_RECONNECT_S, ServerWatch, connect_client, reconnect_limit
-from ._server import DevServer, lattice_home
+from ._server import DevServer
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -151,9 +152,7 @@ class Runtime:
         # their task queues are private to the process, so no other process with a
         # look-alike definition ever takes their work, nor they its.
         self._process_tag = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._receiver = StreamReceiver(
-            stream_host or os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
-        )
+        self._receiver = StreamReceiver(stream_host or _settings.stream_host())
         self._lock = asyncio.Lock()
         # the server's health as this runtime sees it (connect() starts watching it)
         self.watch = ServerWatch(client.service_client.config.target_host, DEFAULT_RECONNECT_S)
@@ -181,7 +180,7 @@ class Runtime:
         api_key = api_key or os.environ.get("TEMPORAL_API_KEY")
         server: DevServer | None = None
         if not address:
-            server, started = await asyncio.to_thread(DevServer.ensure, lattice_home())
+            server, started = await asyncio.to_thread(DevServer.ensure, _settings.lattice_home())
             address = server.address
             if started and not quiet:
                 print(
@@ -190,11 +189,7 @@ class Runtime:
                     file=sys.stderr,
                 )
         if inline_workers is None:
-            inline_workers = os.environ.get("LATTICE_INLINE_WORKERS", "1") not in (
-                "0",
-                "false",
-                "no",
-            )
+            inline_workers = _settings.inline_workers()
         watch = ServerWatch(address, limit, home=Path(server.home) if server else None)
         client = await connect_client(
             address,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -25,11 +24,12 @@ from temporalio.worker import (
     Interceptor,
 )
 
+from .. import _settings
 from .._errors import ConfigurationError
+from .._settings import RECONNECT_ENV
 
 __all__ = ["RECONNECT_ENV", "ServerWaitInterceptor", "reconnect_limit"]
 
-RECONNECT_ENV = "LATTICE_RECONNECT_S"
 DEFAULT_RECONNECT_S = 600.0
 CHECK_TIMEOUT_S = 2.0
 CHECK_EVERY_S = 0.5
@@ -40,16 +40,10 @@ def reconnect_limit(value: float | None = None) -> float:
     else 600."""
     source = "reconnect_s"
     if value is None:
-        raw = os.environ.get(RECONNECT_ENV, "").strip()
-        if not raw:
+        value = _settings.reconnect_s()
+        if value is None:
             return DEFAULT_RECONNECT_S
         source = RECONNECT_ENV
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ConfigurationError(
-                f"{RECONNECT_ENV}={raw!r} is not a number of seconds"
-            ) from None
     if not (value > 0 and math.isfinite(value)):
         raise ConfigurationError(f"{source} must be a positive number of seconds, got {value!r}")
     return float(value)

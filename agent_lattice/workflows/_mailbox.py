@@ -13,12 +13,11 @@ it), carrying every open message and the newest ``keep_finished`` finished ones.
 
 from __future__ import annotations
 
-import os
-
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from .. import _settings
     from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMessage
 
 MAILBOX_WORKFLOW = "TeamMailboxWorkflow"
@@ -27,7 +26,7 @@ MAILBOX_WORKFLOW = "TeamMailboxWorkflow"
 def mailbox_task_queue() -> str:
     """Where mailbox workflows run: one queue every lattice worker polls (the workflow holds
     nothing of any one process)."""
-    return f"{os.environ.get('LATTICE_TASK_QUEUE_PREFIX', '')}lattice.mailboxes"
+    return f"{_settings.task_queue_prefix()}lattice.mailboxes"
 
 
 class MailboxState(BaseModel):

@@ -1,0 +1,86 @@
+"""The ``LATTICE_*`` environment settings, read in this one module.
+
+Each is a function read at call time, not a constant read at import: tests (and embedding
+applications) set these variables after the package is imported, per test or per run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ._errors import ConfigurationError
+
+__all__ = [
+    "RECONNECT_ENV",
+    "debug",
+    "inline_limit",
+    "inline_workers",
+    "lattice_home",
+    "reconnect_s",
+    "stream_host",
+    "task_queue_prefix",
+    "temporal_bin",
+    "transcript_dsn",
+]
+
+RECONNECT_ENV = "LATTICE_RECONNECT_S"
+
+
+def lattice_home() -> Path:
+    """``LATTICE_HOME``, else ``~/.agent``: the embedded server, transcripts, workspaces."""
+    return Path(os.environ.get("LATTICE_HOME") or Path.home() / ".agent").expanduser()
+
+
+def task_queue_prefix() -> str:
+    """``LATTICE_TASK_QUEUE_PREFIX``: prepended to derived task queues and mailbox ids, so
+    runs sharing one server (test sessions) stay apart."""
+    return os.environ.get("LATTICE_TASK_QUEUE_PREFIX", "")
+
+
+def inline_limit() -> int:
+    """``LATTICE_INLINE_LIMIT`` (default 2048): tool results and prompts longer than this many
+    characters of JSON travel by reference."""
+    raw = os.environ.get("LATTICE_INLINE_LIMIT", "2048")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"LATTICE_INLINE_LIMIT={raw!r} is not a number of characters"
+        ) from None
+
+
+def transcript_dsn() -> str | None:
+    """``LATTICE_TRANSCRIPT_DSN``: a Postgres store shared by several hosts (else SQLite)."""
+    return os.environ.get("LATTICE_TRANSCRIPT_DSN") or None
+
+
+def stream_host() -> str:
+    """``LATTICE_STREAM_HOST`` (default 127.0.0.1): where live token events are received."""
+    return os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
+
+
+def inline_workers() -> bool:
+    """``LATTICE_INLINE_WORKERS`` (default on; ``0``/``false``/``no`` turn it off)."""
+    return os.environ.get("LATTICE_INLINE_WORKERS", "1") not in ("0", "false", "no")
+
+
+def reconnect_s() -> float | None:
+    """``LATTICE_RECONNECT_S`` as seconds, or None when unset (the caller's default)."""
+    raw = os.environ.get(RECONNECT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{RECONNECT_ENV}={raw!r} is not a number of seconds") from None
+
+
+def temporal_bin() -> str | None:
+    """``LATTICE_TEMPORAL_BIN``: the ``temporal`` CLI to use instead of the bundled one."""
+    return os.environ.get("LATTICE_TEMPORAL_BIN") or None
+
+
+def debug() -> bool:
+    """``LATTICE_DEBUG``: the CLI shows tracebacks and full log records."""
+    return bool(os.environ.get("LATTICE_DEBUG"))
