@@ -186,6 +186,26 @@ async def test_killed_server_comes_back_on_its_ports(home: Path, capfd) -> None:
     assert f"uses {moved.port} instead" in said and "restart them" in said
 
 
+async def test_a_server_stopped_on_purpose_is_not_brought_back(home: Path) -> None:
+    """A watcher that revives a dead server, trying while ``stop()`` (``lattice server
+    stop``) runs: the stopped server stays stopped (its record outlived its process, and a
+    revive in between started it again, or left one running with no record)."""
+    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
+    stopping = asyncio.ensure_future(asyncio.to_thread(server.stop))
+    revived: list[DevServer] = []
+    try:
+        while not stopping.done():
+            back = await asyncio.to_thread(DevServer.revive, home, server.address)
+            if back is not None:
+                revived.append(back)
+        await stopping
+        assert revived == [] and DevServer.recorded(home) is None
+        assert not _accepting(server.port)
+    finally:
+        for back in revived:
+            back.stop()
+
+
 # ---------------------------------------------------------------------------- an outage
 
 

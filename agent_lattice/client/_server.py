@@ -19,11 +19,11 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .._errors import ConfigurationError, ServerUnreachableError
-from .._settings import lattice_home, temporal_bin
 
 __all__ = ["DevServer", "lattice_home", "temporal_binary"]
 
@@ -36,9 +36,13 @@ DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
 
 
+def lattice_home() -> Path:
+    return Path(os.environ.get("LATTICE_HOME") or Path.home() / ".agent").expanduser()
+
+
 def temporal_binary() -> str:
     """Path of the ``temporal`` CLI: ``LATTICE_TEMPORAL_BIN``, temporal-bin's script, or PATH."""
-    explicit = temporal_bin()
+    explicit = os.environ.get("LATTICE_TEMPORAL_BIN")
     if explicit and not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
         raise ConfigurationError(f"LATTICE_TEMPORAL_BIN={explicit} is not an executable file")
     candidates = [
@@ -160,41 +164,44 @@ class DevServer:
         others. Only when another process listens there does it move, and it says so on
         stderr: processes connected to the old address cannot follow it."""
         home = home or lattice_home()
-        home.mkdir(parents=True, exist_ok=True)
-        with open(home / "temporal-server.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            existing = cls.running(home)
-            if existing is not None:
-                return existing, False
-            last = cls.recorded(home)
-            if last is not None:
-                port = last.port if port is None else port
-                ui_port = (last.ui_port or None) if ui_port is None else ui_port
-            wanted = 7233 if port is None else port
-            try:
-                server = cls._start(home, port=wanted, ui_port=ui_port, ui=ui, timeout=timeout)
-            except ConfigurationError as err:
-                raise ServerUnreachableError(
-                    f"could not start the embedded Temporal server: {err}"
-                ) from err
-            cls._state_file(home).write_text(json.dumps(asdict(server)))
-            for what, asked, got in (
-                ("port", wanted, server.port),
-                ("UI port", ui_port, server.ui_port if ui else None),
-            ):
-                if asked and got != asked:
-                    stranded = (
-                        f" (processes still using 127.0.0.1:{asked} will not reach it: "
-                        "restart them)"
-                        if last is not None and what == "port"
-                        else ""
-                    )
-                    print(
-                        f"agent-lattice: {what} {asked} is taken by another process; the "
-                        f"embedded Temporal server uses {got} instead{stranded}",
-                        file=sys.stderr,
-                    )
-            return server, True
+        with _locked(home):
+            return cls._ensure_locked(home, port=port, ui_port=ui_port, ui=ui, timeout=timeout)
+
+    @classmethod
+    def _ensure_locked(
+        cls, home: Path, *, port: int | None, ui_port: int | None, ui: bool, timeout: float
+    ) -> tuple[DevServer, bool]:
+        existing = cls.running(home)
+        if existing is not None:
+            return existing, False
+        last = cls.recorded(home)
+        if last is not None:
+            port = last.port if port is None else port
+            ui_port = (last.ui_port or None) if ui_port is None else ui_port
+        wanted = 7233 if port is None else port
+        try:
+            server = cls._start(home, port=wanted, ui_port=ui_port, ui=ui, timeout=timeout)
+        except ConfigurationError as err:
+            raise ServerUnreachableError(
+                f"could not start the embedded Temporal server: {err}"
+            ) from err
+        cls._state_file(home).write_text(json.dumps(asdict(server)))
+        for what, asked, got in (
+            ("port", wanted, server.port),
+            ("UI port", ui_port, server.ui_port if ui else None),
+        ):
+            if asked and got != asked:
+                stranded = (
+                    f" (processes still using 127.0.0.1:{asked} will not reach it: restart them)"
+                    if last is not None and what == "port"
+                    else ""
+                )
+                print(
+                    f"agent-lattice: {what} {asked} is taken by another process; the "
+                    f"embedded Temporal server uses {got} instead{stranded}",
+                    file=sys.stderr,
+                )
+        return server, True
 
     @classmethod
     def revive(cls, home: Path, address: str) -> DevServer | None:
@@ -202,15 +209,20 @@ class DevServer:
         gone (killed, crashed), on its recorded ports; None when it was stopped (``stop()``
         leaves no record), moved elsewhere, or is alive (busy, suspended: not ours to
         replace)."""
-        last = cls.recorded(home)
-        if last is None or last.address != address:
-            return None
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(last.pid, os.WNOHANG)  # a server this process started is reaped first
-        if pid_alive(last.pid):
-            return None
-        server, started = cls.ensure(home, ui=bool(last.ui_port))
-        return server if started else None
+        # under the lock that stop() takes too: a record read before a stop() would else
+        # start the stopped server again
+        with _locked(home):
+            last = cls.recorded(home)
+            if last is None or last.address != address:
+                return None
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(last.pid, os.WNOHANG)  # a server this process started is reaped
+            if pid_alive(last.pid):
+                return None
+            server, started = cls._ensure_locked(
+                home, port=None, ui_port=None, ui=bool(last.ui_port), timeout=60.0
+            )
+            return server if started else None
 
     @classmethod
     def _start(
@@ -255,6 +267,17 @@ class DevServer:
         )
 
     def stop(self, timeout: float = 10.0) -> None:
+        # The record goes first, under the lock: a watcher that finds the process gone while
+        # its record is still there takes it for a crash and starts the server again.
+        home = Path(self.home)
+        with _locked(home):
+            recorded = self.recorded(home)
+            if recorded is not None and recorded.pid == self.pid:
+                with contextlib.suppress(OSError):
+                    self._state_file(home).unlink()
+            self._end(timeout)
+
+    def _end(self, timeout: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -265,5 +288,13 @@ class DevServer:
         if pid_alive(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            self._state_file(Path(self.home)).unlink()
+
+
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """The embedded server's lock under ``home``: one process at a time starts, revives or
+    stops it."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "temporal-server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
