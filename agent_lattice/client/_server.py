@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .._errors import ConfigurationError, ServerUnreachableError
+from .._settings import lattice_home, temporal_bin
 
 __all__ = ["DevServer", "lattice_home", "temporal_binary"]
 
@@ -36,13 +37,9 @@ DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
 
 
-def lattice_home() -> Path:
-    return Path(os.environ.get("LATTICE_HOME") or Path.home() / ".agent").expanduser()
-
-
 def temporal_binary() -> str:
     """Path of the ``temporal`` CLI: ``LATTICE_TEMPORAL_BIN``, temporal-bin's script, or PATH."""
-    explicit = os.environ.get("LATTICE_TEMPORAL_BIN")
+    explicit = temporal_bin()
     if explicit and not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
         raise ConfigurationError(f"LATTICE_TEMPORAL_BIN={explicit} is not an executable file")
     candidates = [
