@@ -38,9 +38,8 @@ _WRITE_REDIRECTS = {">", ">>", ">|", "&>", "&>>", ">&", "&>|"}
 
 @dataclass
 class BashReading:
-    """What a command writes: paths as the shell would name them (relative ones are relative
-    to the directory the command starts in), link targets (``(target, base)``: a relative
-    target resolves against ``base``), and why the reader could not tell, if it could not."""
+    """What a command writes: paths as the shell names them (relative to where it starts), link
+    targets (``(target, base)``: relative to ``base``), and why the reader could not tell, if so."""
 
     writes: list[str] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
@@ -180,11 +179,11 @@ class _Reader:
                     self.assign(child, state, depth)
         elif kind == "unset_command":
             for child in node.named_children[1:]:
-                state.variables.pop(child.text.decode(), None)
+                state.variables.pop(_text(child), None)
         elif kind == "function_definition":
             name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
             if name is not None and body is not None:
-                self.functions[name.text.decode()] = body
+                self.functions[_text(name)] = body
                 # also read now: bash may call it by a computed name, or on its own
                 # (command_not_found_handle), where no call of it is seen
                 if depth < _MAX_DEPTH:
@@ -204,7 +203,7 @@ class _Reader:
             values: set[str | None] = set()
             for word in node.children_by_field_name("value"):
                 values |= set(self.fields(word, state, depth) or [None])
-            state.variables[variable.text.decode()] = values or {None}
+            state.variables[_text(variable)] = values or {None}
         for _ in range(2):  # a second pass sees what a cd in the body does to the next one
             for child in node.named_children:
                 if child.type in ("do_group", "compound_statement", "command", "list"):
@@ -214,7 +213,7 @@ class _Reader:
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         if name is None:
             return
-        key = name.text.decode().split("[", 1)[0]
+        key = _text(name).split("[", 1)[0]
         if value is None:
             values: set[str | None] = {""}
         elif value.type == "array":
@@ -311,15 +310,15 @@ class _Reader:
             value = node.child_by_field_name("value")
             return None if value is None else self.word(value, state, depth, split=False)
         if kind in ("word", "number", "command_name"):
-            text = node.text.decode()
+            text = _text(node)
             if kind == "command_name" and node.named_children:
                 return self.word(node.named_children[0], state, depth, split=split)
             expanded = _tilde(_unescape(text), state)
             return None if expanded is None else _braces(expanded)
         if kind == "raw_string":
-            return [node.text.decode()[1:-1]]
+            return [_text(node)[1:-1]]
         if kind == "ansi_c_string":
-            raw = node.text.decode()[2:-1]
+            raw = _text(node)[2:-1]
             try:
                 return [raw.encode("latin-1", "backslashreplace").decode("unicode_escape")]
             except UnicodeDecodeError:
@@ -327,7 +326,7 @@ class _Reader:
         if kind == "string":
             return self.concatenate(node.named_children, state, depth, split=False)
         if kind == "string_content":
-            return [node.text.decode()]
+            return [_text(node)]
         if kind in ("simple_expansion", "expansion"):
             return self.expand(node, state, split)
         if kind in ("command_substitution", "process_substitution"):
@@ -340,7 +339,7 @@ class _Reader:
                 found = _braces(found)
             return found
         if kind == "brace_expression":  # {1..3}; inside a word, expanded with the word
-            text = node.text.decode()
+            text = _text(node)
             inside = node.parent is not None and node.parent.type == "concatenation"
             return [text] if inside else _braces([text])
         return None  # $(( )) and the rest: not followed
@@ -370,8 +369,8 @@ class _Reader:
             if operators[0].type not in (":-", "-") or len(operators) > 1:
                 return None  # ${x%/*}, ${x/a/b}, ...: not followed
             rest = [c for c in node.named_children if c is not names[0]]
-            default = [c.text.decode() for c in rest] or [""]
-        name = names[0].text.decode()
+            default = [_text(c) for c in rest] or [""]
+        name = _text(names[0])
         if name == "PWD":
             values = {None if c is None else os.path.join(self.base, c) for c in state.cwds}
         elif name.isdigit() or name in ("@", "*", "#"):
@@ -384,6 +383,10 @@ class _Reader:
             return None
         out = sorted(v for v in values if v is not None)
         return ["\0".join(v.split()) for v in out] if split else out
+
+
+def _text(node: Node) -> str:  # Node.text is None only for a tree parsed without its source
+    return (node.text or b"").decode()
 
 
 def _unescape(text: str) -> str:
@@ -408,8 +411,7 @@ def _tilde(text: str, state: _State) -> list[str] | None:
 
 
 def _braces(texts: list[str]) -> list[str] | None:
-    """Brace expansion (``{a,b}``, ``{1..9}``): several words, so NUL-joined fields (``cp
-    a{,.bak}`` is ``cp a a.bak``); None past the bound."""
+    """Brace expansion (``cp a{,.bak}`` is ``cp a a.bak``): NUL-joined fields; None past a bound."""
     out: list[str] = []
     for text in texts:
         if "{" not in text:
@@ -491,8 +493,7 @@ def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool =
 
 
 def _cdpath(target: str | None, state: _State) -> set[str | None]:
-    """Where ``cd target`` may go through a CDPATH the command sets (the worker's own is
-    not passed on)."""
+    """Where ``cd target`` may go through a CDPATH the command sets (not the worker's own)."""
     if target is None or target.startswith(("/", "./", "../")) or target in (".", ".."):
         return set()
     found: set[str | None] = set()

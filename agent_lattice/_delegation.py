@@ -257,6 +257,8 @@ def _delegation_tool(
 
     async def run_adapter(parsed: Any) -> ToolResult:
         """An AgentLike adapter runs inside this tool's activity (it heartbeats)."""
+        # sessions and specs run as child workflows: only an adapter's call reaches here
+        assert not isinstance(target, AgentSpec)
         prompt = delegation.prompt_of(parsed)
         if isinstance(prompt, ToolResult):
             return prompt

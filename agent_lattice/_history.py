@@ -309,12 +309,14 @@ def create_postgres_history_store(
         )
     try:
         import psycopg
+        from psycopg import sql
     except ImportError:  # pragma: no cover - depends on the install
         raise ConfigurationError(
             'the Postgres history store needs psycopg: pip install "agent-lattice[postgres]"'
         ) from None
     ready = False
     lock = asyncio.Lock()
+    name = sql.Identifier(table)  # the regex above already made it a plain identifier
 
     async def connect() -> Any:
         nonlocal ready
@@ -322,9 +324,11 @@ def create_postgres_history_store(
         if not ready:
             async with lock:
                 await conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {table} ("
-                    " conversation_id text NOT NULL, seq integer NOT NULL, message jsonb NOT NULL,"
-                    " PRIMARY KEY (conversation_id, seq))"
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} ("
+                        " conversation_id text NOT NULL, seq integer NOT NULL,"
+                        " message jsonb NOT NULL, PRIMARY KEY (conversation_id, seq))"
+                    ).format(name)
                 )
                 ready = True
         return conn
@@ -332,7 +336,9 @@ def create_postgres_history_store(
     async def load() -> list[ModelMessage]:
         async with await connect() as conn:
             cur = await conn.execute(
-                f"SELECT message FROM {table} WHERE conversation_id = %s ORDER BY seq",
+                sql.SQL("SELECT message FROM {} WHERE conversation_id = %s ORDER BY seq").format(
+                    name
+                ),
                 (conversation_id,),
             )
             return [ModelMessage.model_validate(row[0]) for row in await cur.fetchall()]
@@ -340,19 +346,24 @@ def create_postgres_history_store(
     async def append(message: ModelMessage) -> None:
         async with await connect() as conn:
             await conn.execute(
-                f"INSERT INTO {table} (conversation_id, seq, message) SELECT %s,"
-                f" COALESCE(MAX(seq), 0) + 1, %s FROM {table} WHERE conversation_id = %s",
+                sql.SQL(
+                    "INSERT INTO {t} (conversation_id, seq, message) SELECT %s,"
+                    " COALESCE(MAX(seq), 0) + 1, %s FROM {t} WHERE conversation_id = %s"
+                ).format(t=name),
                 (conversation_id, _jsonb(message), conversation_id),
             )
 
     async def replace(messages: list[ModelMessage]) -> None:
         async with await connect() as conn, conn.transaction():
             await conn.execute(
-                f"DELETE FROM {table} WHERE conversation_id = %s", (conversation_id,)
+                sql.SQL("DELETE FROM {} WHERE conversation_id = %s").format(name),
+                (conversation_id,),
             )
             async with conn.cursor() as cur:
                 await cur.executemany(
-                    f"INSERT INTO {table} (conversation_id, seq, message) VALUES (%s, %s, %s)",
+                    sql.SQL(
+                        "INSERT INTO {} (conversation_id, seq, message) VALUES (%s, %s, %s)"
+                    ).format(name),
                     [(conversation_id, i, _jsonb(m)) for i, m in enumerate(messages, 1)],
                 )
 

@@ -175,9 +175,13 @@ class _LangSmith(_Backend):
 
     def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
         seed = f"{event.run_id}/resumed/{event.seq}" if resumed else event.run_id
-        extra = {"metadata": {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}}
+        metadata: dict[str, Any] = {
+            "agent_session_id": event.session_id,
+            "lattice_run_id": event.run_id,
+        }
         if resumed:
-            extra["metadata"]["resumed"] = True
+            metadata["resumed"] = True
+        extra = {"metadata": metadata}
         kwargs: dict[str, Any] = {"project_name": self._project} if self._project else {}
         run = self._run_tree(
             id=uuid.uuid5(_NAMESPACE, seed),
@@ -264,7 +268,11 @@ def create_langsmith_context_tracer(
             'the LangSmith tracer needs the "langsmith" package: pip install "agent-lattice[langsmith]"'
         ) from None
     if client is None:
-        kwargs = {"api_key": api_key, "api_url": api_url, "workspace_id": workspace_id}
+        kwargs: dict[str, Any] = {
+            "api_key": api_key,
+            "api_url": api_url,
+            "workspace_id": workspace_id,
+        }
         client = Client(**{k: v for k, v in kwargs.items() if v is not None})
     elif any(v is not None for v in (api_key, api_url, workspace_id)):
         raise OptionError(
@@ -300,7 +308,10 @@ class _Langfuse(_Backend):
 
     def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
         trace_name = self._trace_name or name
-        metadata = {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}
+        metadata: dict[str, Any] = {
+            "agent_session_id": event.session_id,
+            "lattice_run_id": event.run_id,
+        }
         if resumed:
             metadata["resumed"] = True
         with self._attributes(event, trace_name):

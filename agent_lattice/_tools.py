@@ -271,6 +271,7 @@ def schema_of(schema: Any, *, where: str) -> tuple[dict[str, Any], Callable[[Any
             return raw
 
         return json_schema, check_dict
+    json_fn: Callable[[], dict[str, Any]] | None  # the protocol promises a JSON-schema dict
     json_fn = getattr(schema, "model_json_schema", None) or getattr(schema, "json_schema", None)
     validate = getattr(schema, "model_validate", None) or getattr(schema, "parse", None)
     if callable(json_fn) and callable(validate):
@@ -308,7 +309,7 @@ def tool(
     if not callable(handler):
         raise OptionError(f"tool({name!r}): handler must be callable")
     json_schema, validator = schema_of(schema, where=f"tool({name!r})")
-    concurrency = opts.get("is_concurrency_safe")
+    concurrency: Callable[[Any], bool] | None = opts.get("is_concurrency_safe")
     if concurrency is not None and not callable(concurrency):
         raise OptionError(f"tool({name!r}): is_concurrency_safe must be callable")
     idempotent = opts.get("idempotent", False)
