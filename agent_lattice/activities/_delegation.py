@@ -114,11 +114,9 @@ class DelegationActivities(ActivitiesBase):
             )
         assert delegation.team is not None and delegation.member is not None
         seed = f"{info.workflow_id}/{use.id}"
-        ids = {
-            "message_id": member_message_id(seed),
-            "work_item_id": f"wi_{uuid.uuid5(_DELEGATION_NS, seed + '/w').hex[:20]}",
-        }
-        ids["thread_id"] = ids["message_id"]
+        message_id = member_message_id(seed)
+        work_item_id = f"wi_{uuid.uuid5(_DELEGATION_NS, seed + '/w').hex[:20]}"
+        ids = {"message_id": message_id, "work_item_id": work_item_id, "thread_id": message_id}
         receipt = {
             "status": "accepted",
             "phase": "queued",
@@ -136,14 +134,16 @@ class DelegationActivities(ActivitiesBase):
                 tool_name=use.name,
                 lead_key=input.agent_key,
                 lead_session_id=input.session_id,
-                lead_workflow_id=info.workflow_id,
+                lead_workflow_id=info.workflow_id or "",  # always set: a workflow calls this
                 lead_run_id=input.run_id or "",
                 from_mailbox=mailbox_id(delegation.team, "lead"),
                 to_mailbox=mailbox_id(delegation.team, delegation.member),
                 task=prompt if isinstance(prompt, str) else json.dumps(prompt),
                 context=input.context,
                 workspace_grants=grants,
-                **ids,
+                message_id=message_id,
+                work_item_id=work_item_id,
+                thread_id=message_id,
             ),
         )
 
@@ -179,12 +179,14 @@ class DelegationActivities(ActivitiesBase):
                 "conversation); try again when it is done",
                 is_error=True,
             )
-        child._run = _DELEGATED  # the session is taken until its result is absorbed
+        # the session is taken until its result is absorbed; Agent types its run as the
+        # client's QueryRun, and only interrupt() is ever asked of it while it is taken
+        child._run = _DELEGATED  # pyright: ignore[reportAttributeAccessIssue]
         if not child._loaded and child.config.history_store is not None:
             child._history = await child.config.history_store.load()
         child._loaded = True
         store = self._transcripts
-        message = ModelMessage(role="user", content=prompt)
+        message = ModelMessage.model_validate({"role": "user", "content": prompt})
         head = await store.append(await child._transcript_head(store), [message])
         child_queue = child.task_queue
         if "@" in queue and not child.config.task_queue:

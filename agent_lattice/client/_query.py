@@ -7,8 +7,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
@@ -259,7 +259,7 @@ class QueryRun:
 
     async def _run(
         self, runtime: Runtime, new_messages: list[ModelMessage]
-    ) -> AsyncIterator[SDKMessage]:
+    ) -> AsyncGenerator[SDKMessage, None]:
         agent = self.agent
         await agent._prepare(runtime)
         await runtime.ensure_worker(agent)
@@ -442,7 +442,7 @@ class QueryRun:
         await self._collect(runtime, output, new_messages)
 
 
-def _has_stream(item: Any) -> bool:
+def _has_stream(item: object) -> TypeGuard[TeamAgentEvent]:
     """A member's work started whose messages can be followed: an agent's query, or a
     nested team's (through its lead's query)."""
     return (

@@ -74,9 +74,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _HTTPServer
+    server: _HTTPServer  # pyright: ignore[reportIncompatibleVariableOverride]  socketserver sets it to our server
 
-    def log_message(self, *args: Any) -> None:
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _body(self) -> bytes:

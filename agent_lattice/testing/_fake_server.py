@@ -212,7 +212,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "FakeAnthropic/1.0"
     disable_nagle_algorithm = True  # else small writes wait ~40 ms for delayed ACKs
-    server: _HTTPServer
+    server: _HTTPServer  # pyright: ignore[reportIncompatibleVariableOverride]  socketserver sets it to our server
     request_id = ""
 
     def setup(self) -> None:

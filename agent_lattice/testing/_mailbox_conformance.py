@@ -42,7 +42,8 @@ async def check_mailbox_conformance(open_mailbox: Callable[[], TeamMailbox]) -> 
     assert again is not None and again.id == second.id, "a claimed message is not claimed twice"
     assert again.metadata == {"workspace_grants": ["/work/shared"]}, "metadata round-trips"
     assert await box.claim_next(researcher) is None, "routing is explicit: only its own mailbox"
-    assert (await box.get(other.id)).status == "pending", "other mailboxes are untouched"
+    untouched = await box.get(other.id)
+    assert untouched is not None and untouched.status == "pending", "other mailboxes are untouched"
 
     reply = await box.send(
         TeamMessage(

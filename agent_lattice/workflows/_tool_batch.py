@@ -30,11 +30,14 @@ class ToolBatch:
     _aborted: bool
     _tool_calls: set[asyncio.Task[ToolCallOutput]]
     _made_here: set[str]
-    _traced: bool
     # from AgentWorkflow and Delegating
     _seq_block: Callable[[int], int]
     _trace: Callable[[list[tuple[str, dict[str, object]]]], Awaitable[None]]
     _call_child: Callable[[ToolUseBlock], Awaitable[ToolCallOutput]]
+
+    @property
+    def _traced(self) -> bool:  # AgentWorkflow's property comes first in its MRO
+        raise NotImplementedError
 
     async def _run_tools(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
         """Run a batch: consecutive concurrency-safe calls together, the others alone;
