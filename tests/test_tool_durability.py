@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agent_lattice import OptionError, ToolContext, tool
+from agent_lattice import OptionError, ToolContext, ToolResult, tool
 from agent_lattice.client import Runtime
 from agent_lattice.testing import (
     FAST_SETTINGS,
@@ -336,3 +336,25 @@ async def test_two_calls_with_one_tool_use_id_each_run(make_agent, fake_anthropi
     assert result.subtype == "success" and calls == ["a", "b"]
     (answer,) = fake_anthropic.requests[-1].tool_results
     assert answer["content"] == "noted b"
+
+
+async def test_a_result_with_an_unserializable_side_value_reaches_the_model(
+    make_agent, fake_anthropic
+):
+    """``structured_result`` travels only with ``end_turn``: a handler that sets it anyway to
+    something JSON cannot hold still ran, and the model hears its result (the call's record
+    failed on it, and the model heard the call did not finish)."""
+
+    class Receipt:  # no JSON form
+        pass
+
+    def charge(input: Expr) -> ToolResult:
+        return ToolResult(content=f"charged {input.expr}", structured_result=Receipt())
+
+    fake_anthropic.set_handler(Script(tool_use("charge", {"expr": "5"}), text("paid")))
+    agent = make_agent(tools=[tool("charge", "Charge", Expr, charge)])
+    result = await asyncio.wait_for(agent.prompt("Charge 5."), 30)
+
+    assert result.subtype == "success" and result.result == "paid"
+    (answer,) = fake_anthropic.requests[-1].tool_results
+    assert answer["content"] == "charged 5" and not answer.get("is_error")

@@ -157,8 +157,11 @@ class CallRecord:
             if self._marks_start:
                 await self._store.tool_call_started(key)
             result = await call()
-            # ensure_ascii=False: text the transcript could not keep fails here, not later
-            data = json.dumps(result.model_dump(mode="json"), ensure_ascii=False)
+            # ensure_ascii=False: text the transcript could not keep fails here, not later;
+            # structured_result only where it is used (with end_turn): the call ran, and a
+            # value JSON cannot hold that nothing reads must not fail it
+            kept = None if result.end_turn else {"structured_result"}
+            data = json.dumps(result.model_dump(mode="json", exclude=kept), ensure_ascii=False)
             await self._store.tool_call_finished(key, data)
         except ApplicationError:
             raise
