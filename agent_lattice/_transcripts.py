@@ -10,8 +10,8 @@ caller sees them.
 
 Writes are idempotent (the same content gives the same keys), so an activity retried after a
 crash writes nothing twice. The store also keeps each finished tool call's result under its
-idempotency key (``lattice_tool_calls``), so a call whose completion was lost with its worker is
-answered from that record rather than run again. Like everything here those rows are kept with
+idempotency key, workflow run and activity (``lattice_tool_calls``), so a call whose
+completion was lost with its worker is answered from that record rather than run again. Like everything here those rows are kept with
 the transcripts: nothing is deleted today. Where it lives: SQLite under ``LATTICE_HOME`` by default (every
 process on one machine shares it); set ``LATTICE_TRANSCRIPT_DSN=postgresql://...`` when
 workers run on several hosts.
