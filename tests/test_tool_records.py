@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from test_server_restart import ROOT, Lattice, effects, env, home, kill, procs  # noqa: F401
 
-from agent_lattice.client import DevServer
-from agent_lattice.testing import assert_eventually
+from agent_lattice import tool
+from agent_lattice.client import DevServer, Runtime
+from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, text, tool_use
+
+from conftest import Expr
 
 pytestmark = pytest.mark.slow  # a server killed and restarted
 
@@ -61,3 +64,43 @@ async def test_a_tool_that_finished_during_a_long_outage_keeps_its_result(
     # before: "done: Tool 'slow_note' did not finish: its worker stopped responding …"
     assert script.out == "result: done: noted z\n", script
     assert effects(env) == ["start:z", "done:z"]  # it ran once
+
+
+@pytest.mark.slow
+async def test_a_cheap_tool_that_finished_during_an_outage_keeps_its_result(
+    home: Path,  # noqa: F811
+    make_agent,
+    fake_anthropic,
+) -> None:
+    """A cheap tool (a local activity, reported to its own worker, not to the server) that
+    finishes while the server is away: its result reaches the model once the server is back
+    (its outcome was held for the server past its 2 s timeout, twice, and the model heard it
+    did not finish)."""
+    server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
+    runtime = await Runtime.connect(address=server.address, settings=FAST_SETTINGS)
+    started, release, calls = asyncio.Event(), asyncio.Event(), []
+
+    async def note(input: Expr) -> str:
+        started.set()
+        await release.wait()
+        calls.append(input.expr)
+        return f"noted {input.expr}"
+
+    fake_anthropic.set_handler(Script(tool_use("note", {"expr": "x"}), text("done")))
+    agent = make_agent(tools=[tool("note", "Note", Expr, note, cheap=True, timeout_s=2)])
+    try:
+        query = asyncio.ensure_future(agent.prompt("Note x.", runtime=runtime))
+        await asyncio.wait_for(started.wait(), 30)
+        await asyncio.to_thread(kill, server)
+        release.set()
+        await asyncio.sleep(6)  # past two attempts' timeouts and the retry between them
+        back, restarted = await asyncio.to_thread(DevServer.ensure, home, ui=False)
+        assert restarted and back.address == server.address
+        result = await asyncio.wait_for(query, 60)
+
+        assert result.subtype == "success" and result.result == "done"
+        (answer,) = fake_anthropic.requests[-1].tool_results
+        assert answer["content"] == "noted x" and not answer.get("is_error")
+        assert calls == ["x"]
+    finally:
+        await runtime.close()
