@@ -69,6 +69,7 @@ from ._messages import (
     UserMessage,
 )
 from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
+from ._option_types import AgentOptions, AgentToolOptions, DelegateToolOptions, QueryOptions
 from ._skills import Skill, load_skill, skill
 from ._team import DrainResult, Team, TeamMember, create_team, team_member
 from ._tools import (
@@ -76,6 +77,7 @@ from ._tools import (
     PermissionRequest,
     ToolContext,
     ToolDefinition,
+    ToolOptions,
     ToolResult,
     tool,
 )
@@ -108,8 +110,10 @@ __all__ = [
     "AgentHooks",
     "AgentLike",
     "AgentMessageEvent",
+    "AgentOptions",
     "AgentRunError",
     "AgentSpec",
+    "AgentToolOptions",
     "AnthropicModelClient",
     "AssistantMessage",
     "BatchPolicyRequest",
@@ -117,6 +121,7 @@ __all__ = [
     "ConfigurationError",
     "ContentBlock",
     "ContextTracer",
+    "DelegateToolOptions",
     "DelegationInput",
     "DevServer",
     "DrainResult",
@@ -137,6 +142,7 @@ __all__ = [
     "OptionError",
     "PermissionRequest",
     "ProviderError",
+    "QueryOptions",
     "RedactedThinkingBlock",
     "ResultMessage",
     "Runtime",
@@ -158,6 +164,7 @@ __all__ = [
     "ToolContext",
     "ToolDefinition",
     "ToolInputError",
+    "ToolOptions",
     "ToolResult",
     "ToolResultBlock",
     "ToolResultContext",

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 from urllib.parse import urlsplit
 
 from . import _settings
@@ -20,6 +20,7 @@ from ._errors import ConcurrentQueryError, OptionError
 from ._history import HistoryStore, QueryMirror, as_messages, caught_up, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
+from ._option_types import AgentOptions, QueryOptions
 from ._options import check_options
 from ._skills import Skill
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, check_tool_name, submit_output_tool
@@ -369,7 +370,7 @@ class Agent:
         return next((t for t in self.config.tools if t.name == name), None)
 
     def query(
-        self, prompt: str | Sequence[Mapping[str, Any]], **options: Any
+        self, prompt: str | Sequence[Mapping[str, Any]], **options: Unpack[QueryOptions]
     ) -> AsyncIterator[SDKMessage]:
         """Run one query; yields ``system``, ``stream_event``, ``assistant``, ``user``, ``result``.
 
@@ -475,7 +476,7 @@ class Agent:
         return 0
 
     async def prompt(
-        self, prompt: str | Sequence[Mapping[str, Any]], **options: Any
+        self, prompt: str | Sequence[Mapping[str, Any]], **options: Unpack[QueryOptions]
     ) -> ResultMessage:
         """Run a query and return its final :class:`ResultMessage` (errors included).
 
@@ -544,7 +545,7 @@ class AgentSpec:
         )
 
 
-def create_agent(*, session_id: str | None = None, **options: Any) -> Agent:
+def create_agent(*, session_id: str | None = None, **options: Unpack[AgentOptions]) -> Agent:
     """Create a live agent session (one conversation, one history, one private workspace with
     the built-in tools Read, Write, Edit, LS, Glob, Grep and Bash; ``workspace=False`` for
     none). Pass the ``session_id`` of an earlier session to continue it (from its history
@@ -554,7 +555,7 @@ def create_agent(*, session_id: str | None = None, **options: Any) -> Agent:
     )
 
 
-def create_bare_agent(*, session_id: str | None = None, **options: Any) -> Agent:
+def create_bare_agent(*, session_id: str | None = None, **options: Unpack[AgentOptions]) -> Agent:
     """Create an agent with exactly the prompt and tools you pass, nothing built in."""
     return Agent(AgentConfig.from_options(options), session_id=_session_id(session_id))
 
@@ -567,7 +568,7 @@ def _session_id(value: Any) -> str | None:
     return value
 
 
-def define_agent(**options: Any) -> AgentSpec:
+def define_agent(**options: Unpack[AgentOptions]) -> AgentSpec:
     """Validate options now and return an :class:`AgentSpec` to ``spawn()`` sessions from."""
     AgentConfig.from_options(options)
     return AgentSpec(dict(options))

@@ -14,12 +14,13 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from pydantic import BaseModel, Field, ValidationError
 
 from ._errors import OptionError
 from ._messages import ResultMessage
+from ._option_types import AgentToolOptions, DelegateToolOptions
 from ._options import check_options
 from ._tools import ToolDefinition, ToolResult, check_tool_name, schema_of
 
@@ -191,7 +192,11 @@ class Delegation:
 
 
 def agent_tool(
-    name: str, target: Any, options: Mapping[str, Any] | None = None, /, **kwargs: Any
+    name: str,
+    target: Any,
+    options: AgentToolOptions | Mapping[str, Any] | None = None,
+    /,
+    **kwargs: Unpack[AgentToolOptions],
 ) -> ToolDefinition[Any]:
     """A tool that delegates one task to ``target``: an Agent session (keeps its history
     across calls), an AgentSpec (a fresh session per call), or any AgentLike adapter.
@@ -204,7 +209,11 @@ def agent_tool(
 
 
 def delegate_tool(
-    name: str, target: Any, options: Mapping[str, Any] | None = None, /, **kwargs: Any
+    name: str,
+    target: Any,
+    options: DelegateToolOptions | Mapping[str, Any] | None = None,
+    /,
+    **kwargs: Unpack[DelegateToolOptions],
 ) -> ToolDefinition[Any]:
     """The seeds' ``delegateTool()``: the same tool as :func:`agent_tool`."""
     return _delegation_tool("delegate_tool", name, target, {**(options or {}), **kwargs})

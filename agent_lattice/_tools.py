@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,6 +24,7 @@ __all__ = [
     "PermissionRequest",
     "ToolContext",
     "ToolDefinition",
+    "ToolOptions",
     "ToolResult",
     "ToolSpec",
     "check_tool_name",
@@ -34,6 +35,18 @@ __all__ = [
 TInput = TypeVar("TInput")
 
 _TOOL_OPTIONS = frozenset({"is_concurrency_safe", "metadata", "cheap", "idempotent", "timeout_s"})
+
+
+class ToolOptions(TypedDict, total=False):
+    """``tool()`` options (the keys are pinned to ``_TOOL_OPTIONS`` by a test)."""
+
+    is_concurrency_safe: Callable[[Any], bool] | None
+    metadata: Mapping[str, Any] | None
+    cheap: bool
+    idempotent: bool
+    timeout_s: float | None
+
+
 # what the Messages API accepts as a tool name (other names are a 400 on every request)
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -287,9 +300,9 @@ def tool(
     description: str,
     schema: Any,
     handler: Handler,
-    options: Mapping[str, Any] | None = None,
+    options: ToolOptions | Mapping[str, Any] | None = None,
     /,
-    **kwargs: Any,
+    **kwargs: Unpack[ToolOptions],
 ) -> ToolDefinition[Any]:
     """Define a tool.
 
@@ -303,7 +316,7 @@ def tool(
     did not finish), ``timeout_s`` (seconds one attempt may take; default the runtime's
     ``tool_timeout_s``, 600).
     """
-    opts = {**(options or {}), **kwargs}
+    opts: dict[str, Any] = {**(options or {}), **kwargs}
     check_options("ToolOptions", opts, _TOOL_OPTIONS)
     check_tool_name(name, "tool()")
     if not callable(handler):

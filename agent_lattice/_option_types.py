@@ -1,0 +1,93 @@
+"""The factories' keyword options as TypedDicts, so IDEs and type checkers see them.
+
+Run-time checking stays with the name sets next to each factory (``check_options``); the
+keys here (and ``ToolOptions``'s, kept in _tools so that module need not import this one) are
+pinned to those sets by tests/test_option_types.py, so the two cannot drift.
+Values a factory checks itself at run time (a bad one is an ``OptionError`` naming it) are
+typed loosely where the seeds accept several shapes.
+"""
+
+# no `from __future__ import annotations`: Required[...] is only seen at run time (in
+# __required_keys__) when annotations are evaluated
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Required, TypedDict
+
+from ._history import HistoryStore
+from ._hooks import AgentHooks
+from ._skills import Skill
+from ._tools import ToolDefinition, ToolOptions
+from ._tracing import ContextTracer
+from .providers import ModelClient
+
+__all__ = ["AgentOptions", "AgentToolOptions", "DelegateToolOptions", "QueryOptions", "ToolOptions"]
+
+ReasoningEffort = Literal["low", "high", "max"]
+# "json", or {"type": "json_schema", "schema": {...}}
+OutputFormat = Literal["json"] | Mapping[str, Any]
+
+
+class AgentOptions(TypedDict, total=False):
+    """``create_agent()``, ``create_bare_agent()`` and ``define_agent()`` options."""
+
+    model: Required[str]
+    name: str
+    system_prompt: str | None
+    tools: Sequence[ToolDefinition[Any]] | None
+    max_turns: int | None
+    max_tokens: int | None
+    api_key: str | None
+    base_url: str | None
+    model_client: ModelClient | None
+    task_queue: str | None
+    output_format: OutputFormat | None
+    # {"type": "adaptive"}, {"type": "disabled"} or {"type": "enabled", "budget_tokens": n}
+    thinking_config: Mapping[str, Any] | None
+    reasoning_effort: ReasoningEffort | None
+    # (request) -> decision, sync or async
+    permission: Callable[..., Any] | None
+    # a pydantic model, a JSON-schema dict, or anything with model_json_schema()
+    output_schema: Any
+    # {"mode": "safe" | "all" | "sequential", "max_concurrency": n}
+    tool_concurrency: Mapping[str, Any] | None
+    tool_batch_policy: Callable[..., Any] | None
+    hooks: AgentHooks | None
+    request_timeout_ms: int | None
+    skills: Sequence[Skill] | None
+    tracer: ContextTracer | None
+    history_store: HistoryStore | None
+    # True, or {"threshold_tokens": n, "keep_recent_messages": n, "prompt": "..."}
+    auto_compact: bool | Mapping[str, Any] | None
+    # False: none; a path; or {"path", "env", "sandbox", "network"}
+    workspace: str | os.PathLike[str] | bool | Mapping[str, Any] | None
+
+
+class QueryOptions(TypedDict, total=False):
+    """``Agent.query()`` and ``Agent.prompt()`` options."""
+
+    stream: bool
+    # an agent_lattice.Runtime; Any because domain code does not import client/
+    runtime: Any
+    output_format: OutputFormat | None
+    thinking_config: Mapping[str, Any] | None
+    reasoning_effort: ReasoningEffort | None
+    context: Any
+    request_timeout_ms: int | None
+    timeout: float | None
+    permissions: Mapping[str, Any] | None
+    tracer: ContextTracer | None
+
+
+class AgentToolOptions(TypedDict, total=False):
+    """``agent_tool()`` options."""
+
+    description: str | None
+    output_schema: Any
+    input_schema: Any
+    # (typed input) -> the prompt string for the target
+    map_input: Callable[[Any], Any] | None
+    metadata: Mapping[str, Any] | None
+
+
+class DelegateToolOptions(AgentToolOptions, total=False):
+    """``delegate_tool()`` options: the same as :class:`AgentToolOptions`."""
