@@ -88,6 +88,15 @@ def workers(lattice_server, fake_anthropic):
         worker.stop()
 
 
+async def kill_when(check, worker: WorkerProcess, workers, query) -> ResultMessage:
+    """SIGKILL ``worker`` once ``check()`` holds, start a new worker, and return the result of
+    ``query`` (which the new worker finishes)."""
+    await assert_eventually(check, within=30)
+    worker.kill()
+    await workers()
+    return await asyncio.wait_for(query, 60)
+
+
 async def test_kill_mid_stream_retries_the_request_on_a_new_worker(
     remote_runtime, fake_anthropic, workers, effects
 ):
@@ -146,10 +155,7 @@ async def test_kill_mid_tool_reruns_only_the_unfinished_tool(
 
     query = asyncio.ensure_future(agent.prompt("Record A, then B.", runtime=remote_runtime))
 
-    await assert_eventually(lambda: "block-start:B" in effects.read_text(), within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(lambda: "block-start:B" in effects.read_text(), first, workers, query)
 
     assert result.subtype == "success" and result.result == "done"
     assert effects.read_text().splitlines() == [
@@ -178,10 +184,7 @@ async def test_kill_mid_tool_that_is_not_idempotent_tells_the_model_it_did_not_f
     first = await workers()
     query = asyncio.ensure_future(agent.prompt("Record C once.", runtime=remote_runtime))
 
-    await assert_eventually(lambda: "once-start:C" in effects.read_text(), within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(lambda: "once-start:C" in effects.read_text(), first, workers, query)
 
     assert result.subtype == "success" and result.result == "noted"
     assert effects.read_text().splitlines() == ["once-start:C"]  # never started again
@@ -221,10 +224,7 @@ async def test_kill_after_a_tool_finished_answers_from_its_record(
     query = asyncio.ensure_future(agent.prompt("Do D once.", runtime=remote_runtime))
 
     # the hook runs after the result was recorded: kill the worker while it sleeps
-    await assert_eventually(lambda: f"audit:{name}:" in effects.read_text(), within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(lambda: f"audit:{name}:" in effects.read_text(), first, workers, query)
 
     assert result.subtype == "success" and result.result == "noted"
     lines = effects.read_text().splitlines()
@@ -253,10 +253,7 @@ async def test_kill_mid_cheap_tool_that_is_not_idempotent_does_not_run_it_again(
     first = await workers()
     query = asyncio.ensure_future(agent.prompt("Record E once.", runtime=remote_runtime))
 
-    await assert_eventually(lambda: "once-start:E" in effects.read_text(), within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(lambda: "once-start:E" in effects.read_text(), first, workers, query)
 
     assert result.subtype == "success" and result.result == "noted"
     ran = [line for line in effects.read_text().splitlines() if line.startswith("once-")]
@@ -285,10 +282,7 @@ async def test_kill_mid_compaction_neither_loses_history_nor_compacts_twice(
     first = await workers()
     query = asyncio.ensure_future(agent.prompt("Record A.", runtime=remote_runtime))
 
-    await assert_eventually(lambda: len(summaries) == 1, within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(lambda: len(summaries) == 1, first, workers, query)
 
     assert result.subtype == "success" and result.result == "done"
     assert effects.read_text().splitlines() == ["record:A"]  # the tool never ran again
@@ -320,10 +314,7 @@ async def test_kill_while_a_child_agent_runs_finishes_both(
     first = await workers()
     query = asyncio.ensure_future(boss.prompt("Delegate.", runtime=remote_runtime))
 
-    await assert_eventually(lambda: "block-start:B" in effects.read_text(), within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(lambda: "block-start:B" in effects.read_text(), first, workers, query)
 
     assert result.subtype == "success" and result.result == "boss got: A and B"
     assert effects.read_text().splitlines() == [
@@ -370,10 +361,7 @@ async def test_kill_mid_team_run_finishes_without_repeating_member_work(
             return False
         return [m.status for m in await team.mailbox.inbox("crew::fast")] == ["done"]
 
-    await assert_eventually(fast_reported_slow_blocked, within=30)
-    first.kill()
-    await workers()
-    result = await asyncio.wait_for(query, 60)
+    result = await kill_when(fast_reported_slow_blocked, first, workers, query)
 
     assert result.subtype == "success" and result.result == "crew finished"
     lines = effects.read_text().splitlines()
