@@ -42,10 +42,12 @@ def unknown_tool_result(use: ToolUseBlock, known: list[str]) -> ToolResultBlock:
 
 
 def batch_rejection(
-    message: ModelMessage, policy_rejection: dict[str, Any] | None, requires_output: bool
+    message: ModelMessage,
+    policy_rejection: BatchDecision | dict[str, Any] | None,
+    requires_output: bool,
 ) -> BatchDecision | None:
     """Why a whole batch must not run: ``submit_output`` not alone in its batch, or the
-    host's batch policy said no."""
+    host's batch policy said no (its decision, or the decision's fields)."""
     uses = message.tool_uses
     submissions = [u.id for u in uses if u.name == SUBMIT_OUTPUT_TOOL_NAME]
     if requires_output and submissions and len(uses) > 1:
@@ -57,9 +59,9 @@ def batch_rejection(
                 f"Finish the other calls first, then call {SUBMIT_OUTPUT_TOOL_NAME} once, alone."
             ),
         )
-    if policy_rejection is not None:
+    if isinstance(policy_rejection, dict):
         return BatchDecision(**policy_rejection)
-    return None
+    return policy_rejection
 
 
 def rejected_results(message: ModelMessage, decision: BatchDecision) -> list[ToolResultBlock]:

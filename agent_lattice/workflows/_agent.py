@@ -8,6 +8,7 @@ that clients read from any offset; live token events travel on the side channel.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -17,8 +18,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from .._compaction import is_context_overflow
-    from .._loop import batch_rejection, rejected_results, text_of, truncated_results
+    from .._loop import text_of
     from .._messages import (
         AssistantMessage,
         ContentBlock,
@@ -32,7 +32,22 @@ with workflow.unsafe.imports_passed_through():
         Usage,
         UserMessage,
     )
-    from .._tools import SUBMIT_OUTPUT_TOOL_NAME
+    from .._steps import (
+        BatchDone,
+        BatchFailed,
+        Compact,
+        Compacted,
+        ContinueAsNew,
+        Event,
+        Finish,
+        LoopState,
+        ModelFailed,
+        ModelReplied,
+        RequestModel,
+        RunBatch,
+        Started,
+        next_step,
+    )
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
     from ._tool_batch import ToolBatch
@@ -54,7 +69,6 @@ MESSAGES_TOPIC = "messages"
 MODEL_ACTIVITY = "lattice.model_request"
 TRACE_ACTIVITY = "lattice.trace"
 COMPACT_ACTIVITY = "lattice.compact"
-CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 # durable messages a run hands to its continuation (readers further behind re-read the record)
 STREAM_KEPT_ON_CONTINUE = 200
 
@@ -71,7 +85,17 @@ class AgentWorkflow(ToolBatch, Delegating):
         self._aborted = False
         self._model_call: asyncio.Task[ModelCallOutput] | None = None
         self._tool_calls: set[asyncio.Task[ToolCallOutput]] = set()
-        self._turns = carried.turns if carried else 0
+        agent = input.agent
+        self._state = LoopState(
+            max_turns=agent.max_turns,
+            turns_per_run=input.settings.turns_per_run,
+            compaction_threshold=agent.compaction.threshold_tokens if agent.compaction else None,
+            requires_output=agent.requires_output,
+            turns=carried.turns if carried else 0,
+            last_input_tokens=carried.last_input_tokens if carried else input.last_input_tokens,
+            recovered=carried.recovered if carried else False,
+        )
+        self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
         self._published = carried.published if carried else 0
         self._trace_seq = carried.trace_seq if carried else 0
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
@@ -126,11 +150,14 @@ class AgentWorkflow(ToolBatch, Delegating):
     def turns(self) -> int:
         return self._turns
 
+    @property
+    def _turns(self) -> int:
+        return self._state.turns
+
     @workflow.run
     async def run(self, input: AgentRunInput) -> AgentRunOutput:
         agent, info = input.agent, workflow.info()
         self._input = input
-        self._turns_this_run = 0
         if input.continuation is not None:
             return await self._resume(input.continuation)
         self._started_at = info.start_time
@@ -140,9 +167,7 @@ class AgentWorkflow(ToolBatch, Delegating):
         self._head = input.head
         self._unsent: list[ModelMessage] = [] if input.head else [*input.history, prompt]
         self._new_count = 1
-        self._last_input_tokens = input.last_input_tokens
         self._compacted = False
-        self._recovered = False  # overflow recovery is attempted once per query
         self._usage = Usage()
         self._stop_reason: str | None = None
         self._publish(
@@ -191,8 +216,7 @@ class AgentWorkflow(ToolBatch, Delegating):
         self._started_at = carried.started_at
         self._head, self._unsent = carried.head, list(carried.unsent)
         self._new_count = carried.new_count
-        self._last_input_tokens = carried.last_input_tokens
-        self._compacted, self._recovered = carried.compacted, carried.recovered
+        self._compacted = carried.compacted
         self._usage, self._stop_reason = carried.usage, carried.stop_reason
         if input.deadline_s is not None:
             left = input.deadline_s - (workflow.now() - carried.started_at).total_seconds()
@@ -213,9 +237,9 @@ class AgentWorkflow(ToolBatch, Delegating):
             usage=self._usage,
             usage_by_agent=self._usage_by_agent,
             stop_reason=self._stop_reason,
-            last_input_tokens=self._last_input_tokens,
+            last_input_tokens=self._state.last_input_tokens,
             compacted=self._compacted,
-            recovered=self._recovered,
+            recovered=self._state.recovered,
             published=self._published,
             trace_seq=self._trace_seq,
             started_at=self._started_at,
@@ -230,123 +254,107 @@ class AgentWorkflow(ToolBatch, Delegating):
         )
 
     async def _loop(self) -> AgentRunOutput:
-        input, agent = self._input, self._input.agent
+        """Execute the loop's steps (``next_step`` decides them) until the query finishes."""
+        event: Event = Started()
         while True:
-            if self._aborted:
-                return await self._finish("error_abort", error=_ABORTED)
-            if self._interrupted:
-                return await self._finish("interrupted")
-            if self._turns >= agent.max_turns:
-                return await self._finish(
-                    "error_max_turns",
-                    error=ErrorInfo(
-                        type="MaxTurnsError",
-                        message=f"reached max_turns ({agent.max_turns}) without a final answer",
-                    ),
-                )
-            if (
-                self._turns_this_run >= input.settings.turns_per_run
-                or workflow.info().is_continue_as_new_suggested()
-            ):
+            step = next_step(self._observed(), event)
+            self._state = step.state
+            if isinstance(step, Finish):
+                return await self._finish_step(step)
+            if isinstance(step, ContinueAsNew):
                 await self._continue_as_new()
-            compaction = agent.compaction
-            if compaction is not None and self._last_input_tokens > compaction.threshold_tokens:
-                await self._compact()
-                continue  # an interrupt or abort during compaction is honoured first
-            self._turns += 1
-            self._turns_this_run += 1
-            try:
-                output = await self._request_model()
-            except (ActivityError, CancelledError, asyncio.CancelledError) as err:
-                if self._aborted:
-                    return await self._finish("error_abort", error=_ABORTED)
-                if self._interrupted:
-                    return await self._finish("interrupted")
-                info = gave_up(err, input.settings.model_give_up_s) or error_info(err)
-                if (
-                    info.type == "APIError"
-                    and is_context_overflow(info.status_code, info.message)
-                    and await self._recover()
-                ):
-                    continue
-                if info.type == "RequestTimeout":
-                    return await self._finish(
-                        "error_timeout", error=info.model_copy(update={"type": "TimeoutError"})
-                    )
-                return await self._finish("error_during_execution", error=info)
-            reply = output.message
-            if reply.stop_reason == CONTEXT_WINDOW_EXCEEDED:
-                self._head, self._unsent = output.request_head, []  # the reply is dropped
-                if await self._recover():
-                    continue
-            head_before_reply = output.request_head
-            self._head, self._unsent = output.head, []
-            self._new_count += 1
-            self._publish(
-                AssistantMessage(message=reply, session_id=input.session_id, turn=self._turns)
-            )
-            if reply.usage is not None:
-                self._usage = self._usage + reply.usage
-                self._last_input_tokens = _input_tokens(reply.usage)
-            self._stop_reason = reply.stop_reason
-            uses = reply.tool_uses
-            if not uses:
-                if agent.requires_output:
-                    return await self._finish(
-                        "error_missing_output",
-                        error=ErrorInfo(
-                            type="MissingOutputError",
-                            message=f"the run ended without calling {SUBMIT_OUTPUT_TOOL_NAME}",
-                        ),
-                    )
-                return await self._finish("success", result=reply.text)
-            rejection = batch_rejection(reply, output.batch_rejection, agent.requires_output)
-            self._made_here: set[str] = set()
-            try:
-                if reply.stop_reason == "max_tokens":
-                    outcomes = self._made(
-                        [ToolCallOutput(block=b) for b in truncated_results(reply)]
-                    )
-                elif rejection is not None:
-                    outcomes = self._made(
-                        [ToolCallOutput(block=b) for b in rejected_results(reply, rejection)]
-                    )
-                else:
-                    outcomes = await self._run_tools(reply, set(output.concurrency_safe))
-                outcomes = await self._hook_made_here(reply, outcomes)
-            except (ActivityError, ApplicationError) as err:
-                # A hook (or a strict tracer) failed: host code, so the query stops. The turn's
-                # tool calls have no results, so the turn leaves the stored conversation: the
-                # next query must not send a tool_use without its tool_result.
-                self._head = head_before_reply
-                self._new_count -= 1
-                return await self._finish("error_during_execution", error=error_info(err))
-            blocks: list[ContentBlock] = [o.block for o in outcomes]
-            handed = [u.id for u in uses if u.id in self._handoffs]
-            if handed:  # the lead waits for every handoff of the batch to report
-                blocks.append(await self._collect_reports(handed))
-            results = ModelMessage(role="user", content=blocks)
-            self._add(results, UserMessage(message=results, session_id=input.session_id))
-            if self._aborted:  # every tool_use is answered in history, then the run ends
-                return await self._finish("error_abort", error=_ABORTED)
-            ending = next((o for o in outcomes if o.end_turn), None)
-            if ending is not None:
-                return await self._finish(
-                    "success",
-                    result=text_of(ending.block.content),
-                    structured_result=ending.structured_result,
-                )
+            elif isinstance(step, Compact):
+                event = await self._compact_step()
+            elif isinstance(step, RequestModel):
+                event = await self._request_step()
+            else:
+                event = await self._batch_step(step)
 
-    async def _recover(self) -> bool:
-        """The request overflowed the context window: compact, then retry the same turn.
-        Once per query, and only with auto_compact; False leaves the failure as it was."""
-        if self._input.agent.compaction is None or self._recovered:
-            return False
-        self._recovered = True
-        if not await self._compact():
-            return False
-        self._turns -= 1
-        return True
+    def _observed(self) -> LoopState:
+        """The loop state with what came from outside: signals, and a long history."""
+        return replace(
+            self._state,
+            interrupted=self._interrupted,
+            aborted=self._aborted,
+            continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
+        )
+
+    async def _request_step(self) -> ModelReplied | ModelFailed:
+        try:
+            output = await self._request_model()
+        except (ActivityError, CancelledError, asyncio.CancelledError) as err:
+            return ModelFailed(
+                gave_up(err, self._input.settings.model_give_up_s) or error_info(err)
+            )
+        self._reply = output
+        return ModelReplied(output.message, output.batch_rejection)
+
+    def _take_reply(self) -> ModelCallOutput | None:
+        """The reply the loop kept (the step after a model request takes it): it joins the
+        conversation and the stream."""
+        output, self._reply = self._reply, None
+        if output is None:
+            return None
+        reply = output.message
+        self._head, self._unsent = output.head, []
+        self._new_count += 1
+        self._publish(
+            AssistantMessage(message=reply, session_id=self._input.session_id, turn=self._turns)
+        )
+        if reply.usage is not None:
+            self._usage = self._usage + reply.usage
+        self._stop_reason = reply.stop_reason
+        return output
+
+    async def _compact_step(self) -> Compacted:
+        if self._reply is not None:  # the reply overflowed: compact the transcript as sent
+            self._head, self._unsent = self._reply.request_head, []
+        ok = await self._compact()
+        if ok:
+            self._reply = None  # the overflowed turn is taken again
+        return Compacted(ok)
+
+    async def _batch_step(self, step: RunBatch) -> BatchDone | BatchFailed:
+        output = self._take_reply()
+        assert output is not None
+        reply, input = output.message, self._input
+        self._made_here: set[str] = set()
+        try:
+            if step.refused:
+                outcomes = self._made([ToolCallOutput(block=b) for b in step.refused])
+            else:
+                outcomes = await self._run_tools(reply, set(output.concurrency_safe))
+            outcomes = await self._hook_made_here(reply, outcomes)
+        except (ActivityError, ApplicationError) as err:
+            # A hook (or a strict tracer) failed: host code, so the query stops. The turn's
+            # tool calls have no results, so the turn leaves the stored conversation: the
+            # next query must not send a tool_use without its tool_result.
+            self._head = output.request_head
+            self._new_count -= 1
+            return BatchFailed(error_info(err))
+        blocks: list[ContentBlock] = [o.block for o in outcomes]
+        handed = [u.id for u in reply.tool_uses if u.id in self._handoffs]
+        if handed:  # the lead waits for every handoff of the batch to report
+            blocks.append(await self._collect_reports(handed))
+        results = ModelMessage(role="user", content=blocks)
+        self._add(results, UserMessage(message=results, session_id=input.session_id))
+        ending = next((o for o in outcomes if o.end_turn), None)
+        if ending is None:
+            return BatchDone()
+        return BatchDone(
+            end_turn=True,
+            result=text_of(ending.block.content),
+            structured_result=ending.structured_result,
+        )
+
+    async def _finish_step(self, step: Finish) -> AgentRunOutput:
+        self._take_reply()  # a final answer joins the conversation before the result
+        return await self._finish(
+            step.subtype,
+            result=step.result,
+            structured_result=step.structured_result,
+            error=step.error,
+        )
 
     async def _compact(self) -> bool:
         """Replace the older part of the transcript with a model-written summary (a durable
@@ -354,7 +362,6 @@ class AgentWorkflow(ToolBatch, Delegating):
         input, s = self._input, self._input.settings
         compaction = input.agent.compaction
         assert compaction is not None
-        self._last_input_tokens = 0
         try:
             out: CompactOutput = await workflow.execute_activity(
                 COMPACT_ACTIVITY,
@@ -530,11 +537,6 @@ class AgentWorkflow(ToolBatch, Delegating):
         )
 
 
-_ABORTED = ErrorInfo(
-    type="AbortError", message="the query was aborted (cancelled or past its deadline)"
-)
-
-
 def _model_retries(s: ActivitySettings, *non_retryable: str) -> RetryPolicy:
     """Retries of a model call: Temporal owns them (the provider client's are off)."""
     return RetryPolicy(
@@ -543,8 +545,3 @@ def _model_retries(s: ActivitySettings, *non_retryable: str) -> RetryPolicy:
         maximum_attempts=s.model_max_attempts,
         non_retryable_error_types=["ProviderRejected", "AgentNotRegistered", *non_retryable],
     )
-
-
-def _input_tokens(usage: Usage) -> int:
-    """Everything the request read: fresh, cache-written and cache-read input tokens."""
-    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens

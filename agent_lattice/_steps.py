@@ -1,0 +1,296 @@
+# pyright: strict
+"""The agent loop as a state machine (pure: no I/O, no Temporal).
+
+``next_step(state, event)`` decides what a query does next from its loop state and the last
+thing that happened: request the model, answer a reply's tool calls, compact the
+conversation, continue as a new run, or finish with a result subtype. ``AgentWorkflow``
+executes the steps (activities, timers, child workflows) and reports each outcome as the
+next event. Every step carries the loop state it leaves behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ._batches import BatchDecision
+from ._compaction import is_context_overflow
+from ._loop import batch_rejection, rejected_results, truncated_results
+from ._messages import ErrorInfo, ModelMessage, ResultSubtype, ToolResultBlock, Usage
+from ._tools import SUBMIT_OUTPUT_TOOL_NAME
+
+__all__ = [
+    "ABORTED",
+    "CONTEXT_WINDOW_EXCEEDED",
+    "BatchDone",
+    "BatchFailed",
+    "Compact",
+    "Compacted",
+    "ContinueAsNew",
+    "Event",
+    "Finish",
+    "LoopState",
+    "ModelFailed",
+    "ModelReplied",
+    "RequestModel",
+    "RunBatch",
+    "Started",
+    "Step",
+    "input_tokens",
+    "next_step",
+]
+
+# the stop reason of a reply whose request did not fit the model's context window
+CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+
+ABORTED = ErrorInfo(
+    type="AbortError", message="the query was aborted (cancelled or past its deadline)"
+)
+
+
+# Events: what just happened.
+
+
+@dataclass(frozen=True)
+class Started:
+    """The run begins: a new query, or a long one picked up after continue-as-new."""
+
+
+@dataclass(frozen=True)
+class ModelReplied:
+    message: ModelMessage
+    # the host's batch policy rejected the reply's tool calls
+    policy_rejection: BatchDecision | dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ModelFailed:
+    """The model request failed, was given up on its budget, or was cancelled."""
+
+    error: ErrorInfo
+
+
+@dataclass(frozen=True)
+class Compacted:
+    ok: bool  # False: nothing safe to summarize, or the summary failed
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    """Every tool call of the reply has its result in the conversation."""
+
+    end_turn: bool = False  # a result ended the turn (``submit_output`` accepted)
+    result: str | None = None
+    structured_result: object = None
+
+
+@dataclass(frozen=True)
+class BatchFailed:
+    """Host code of the batch (a hook, a strict tracer) failed: the query stops."""
+
+    error: ErrorInfo
+
+
+Event = Started | ModelReplied | ModelFailed | Compacted | BatchDone | BatchFailed
+
+
+# State.
+
+
+@dataclass(frozen=True)
+class LoopState:
+    max_turns: int
+    turns_per_run: int = 200
+    compaction_threshold: int | None = None  # None: no auto_compact
+    requires_output: bool = False
+    turns: int = 0  # model requests of the query (all its runs)
+    turns_this_run: int = 0
+    last_input_tokens: int = 0  # what the last reply's request read (the compaction trigger)
+    recovered: bool = False  # overflow recovery is attempted once per query
+    # what the workflow learnt from outside: signals, and Temporal's hint that the history
+    # is long
+    interrupted: bool = False
+    aborted: bool = False
+    continue_as_new_suggested: bool = False
+    # a recovery compaction under way: the event it answers, which stands if it fails
+    recovering: ModelReplied | ModelFailed | None = None
+
+
+# Steps: what to do next.
+
+
+@dataclass(frozen=True)
+class RequestModel:
+    """Send the conversation to the model (turn ``state.turns``)."""
+
+    state: LoopState = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class RunBatch:
+    """Answer the reply's tool calls: run them, or, when ``refused`` is set, answer each
+    with these results instead (the reply was cut off at max_tokens, or its batch
+    rejected)."""
+
+    refused: tuple[ToolResultBlock, ...] = ()
+    reason: Literal["run", "max_tokens", "rejected"] = "run"
+    state: LoopState = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Summarize the older part of the conversation: past the threshold, or (``recovery``)
+    to retry a request that overflowed the context window."""
+
+    recovery: bool = False
+    state: LoopState = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class ContinueAsNew:
+    """Hand the query to a fresh run before its history grows long."""
+
+    state: LoopState = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class Finish:
+    subtype: ResultSubtype
+    result: str | None = None
+    structured_result: object = None
+    error: ErrorInfo | None = None
+    state: LoopState = field(kw_only=True)
+
+
+Step = RequestModel | RunBatch | Compact | ContinueAsNew | Finish
+
+
+def next_step(state: LoopState, event: Event) -> Step:
+    """What the query does after ``event``, in loop state ``state``."""
+    if isinstance(event, ModelReplied):
+        return _on_reply(state, event)
+    if isinstance(event, ModelFailed):
+        return _on_failure(state, event)
+    if isinstance(event, Compacted):
+        return _on_compacted(state, event)
+    if isinstance(event, BatchFailed):
+        return Finish("error_during_execution", error=event.error, state=state)
+    if isinstance(event, BatchDone):
+        if state.aborted:  # every tool_use is answered in history, then the run ends
+            return Finish("error_abort", error=ABORTED, state=state)
+        if event.end_turn:
+            return Finish(
+                "success",
+                result=event.result,
+                structured_result=event.structured_result,
+                state=state,
+            )
+    return _turn(state)
+
+
+def _turn(state: LoopState) -> Step:
+    """The top of the loop: a signal, max_turns, a long history or the compaction
+    threshold come before the next model request."""
+    if state.aborted:
+        return Finish("error_abort", error=ABORTED, state=state)
+    if state.interrupted:
+        return Finish("interrupted", state=state)
+    if state.turns >= state.max_turns:
+        return Finish(
+            "error_max_turns",
+            error=ErrorInfo(
+                type="MaxTurnsError",
+                message=f"reached max_turns ({state.max_turns}) without a final answer",
+            ),
+            state=state,
+        )
+    if state.turns_this_run >= state.turns_per_run or state.continue_as_new_suggested:
+        return ContinueAsNew(state=state)
+    threshold = state.compaction_threshold
+    if threshold is not None and state.last_input_tokens > threshold:
+        # an interrupt or abort during compaction is honoured first
+        return Compact(state=replace(state, last_input_tokens=0))
+    return RequestModel(
+        state=replace(state, turns=state.turns + 1, turns_this_run=state.turns_this_run + 1)
+    )
+
+
+def _can_recover(state: LoopState) -> bool:
+    return state.compaction_threshold is not None and not state.recovered
+
+
+def _recover(state: LoopState, event: ModelReplied | ModelFailed) -> Compact:
+    return Compact(
+        recovery=True,
+        state=replace(state, recovered=True, last_input_tokens=0, recovering=event),
+    )
+
+
+def _on_reply(state: LoopState, event: ModelReplied) -> Step:
+    if event.message.stop_reason == CONTEXT_WINDOW_EXCEEDED and _can_recover(state):
+        return _recover(state, event)  # the reply is dropped if the compaction succeeds
+    return _reply(state, event)
+
+
+def _reply(state: LoopState, event: ModelReplied) -> Step:
+    """The reply stands: finish on a final answer, else answer its tool calls."""
+    reply = event.message
+    if reply.usage is not None:
+        state = replace(state, last_input_tokens=input_tokens(reply.usage))
+    if not reply.tool_uses:
+        if state.requires_output:
+            return Finish(
+                "error_missing_output",
+                error=ErrorInfo(
+                    type="MissingOutputError",
+                    message=f"the run ended without calling {SUBMIT_OUTPUT_TOOL_NAME}",
+                ),
+                state=state,
+            )
+        return Finish("success", result=reply.text, state=state)
+    if reply.stop_reason == "max_tokens":
+        return RunBatch(tuple(truncated_results(reply)), reason="max_tokens", state=state)
+    rejection = batch_rejection(reply, event.policy_rejection, state.requires_output)
+    if rejection is not None:
+        return RunBatch(tuple(rejected_results(reply, rejection)), reason="rejected", state=state)
+    return RunBatch(state=state)
+
+
+def _on_failure(state: LoopState, event: ModelFailed) -> Step:
+    if state.aborted:
+        return Finish("error_abort", error=ABORTED, state=state)
+    if state.interrupted:
+        return Finish("interrupted", state=state)
+    info = event.error
+    if (
+        info.type == "APIError"
+        and is_context_overflow(info.status_code, info.message)
+        and _can_recover(state)
+    ):
+        return _recover(state, event)
+    return _failed(state, info)
+
+
+def _failed(state: LoopState, info: ErrorInfo) -> Finish:
+    if info.type == "RequestTimeout":
+        return Finish(
+            "error_timeout", error=info.model_copy(update={"type": "TimeoutError"}), state=state
+        )
+    return Finish("error_during_execution", error=info, state=state)
+
+
+def _on_compacted(state: LoopState, event: Compacted) -> Step:
+    answered = state.recovering
+    state = replace(state, recovering=None)
+    if answered is None or event.ok:
+        if answered is not None:  # the overflowed turn is taken again
+            state = replace(state, turns=state.turns - 1)
+        return _turn(state)
+    if isinstance(answered, ModelFailed):  # the failure stands as it was
+        return _failed(state, answered.error)
+    return _reply(state, answered)
+
+
+def input_tokens(usage: Usage) -> int:
+    """Everything a request read: fresh, cache-written and cache-read input tokens."""
+    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
