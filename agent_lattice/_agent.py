@@ -10,28 +10,23 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 from urllib.parse import urlsplit
 
 from . import _settings
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
-from ._errors import ConcurrentQueryError, OptionError
-from ._history import HistoryStore, QueryMirror, as_messages, caught_up, check_history_store
+from ._errors import ConfigurationError, OptionError
+from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._option_types import AgentOptions, QueryOptions
 from ._options import check_options
+from ._session import QueryRunner, Session
 from ._skills import Skill
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, check_tool_name, submit_output_tool
 from ._tracing import ContextTracer
 from .providers import AnthropicModelClient, ModelClient
-
-if TYPE_CHECKING:
-    from ._team import Team
-    from ._transcripts import TranscriptStore
-    from .client._query import QueryRun
-    from .client._runtime import Runtime
 
 __all__ = [
     "Agent",
@@ -40,6 +35,8 @@ __all__ = [
     "create_agent",
     "create_bare_agent",
     "define_agent",
+    "register_query_runner",
+    "start_query",
 ]
 
 DEFAULT_MAX_TURNS = 50
@@ -312,13 +309,19 @@ def _skills(value: Any) -> tuple[Skill, ...]:
 class Agent:
     """One conversation with one agent. Create it with :func:`create_agent` and friends.
 
-    An Agent runs one query at a time; each query is a durable Temporal workflow.
+    An Agent is a definition (``config``) plus a :class:`~agent_lattice._session.Session`
+    (the conversation); it runs one query at a time, each a durable Temporal workflow.
     """
 
     def __init__(
-        self, config: AgentConfig, *, session_id: str | None = None, builtin: bool = False
+        self,
+        config: AgentConfig,
+        *,
+        session_id: str | None = None,
+        builtin: bool = False,
+        session: Session | None = None,
     ) -> None:
-        self.session_id = session_id or uuid.uuid4().hex
+        self.session = session or Session(session_id or uuid.uuid4().hex, config.history_store)
         # the private workspace and its built-in tools (create_agent; not create_bare_agent)
         self.workspace: Path | None = None
         if builtin and config.workspace is not False:
@@ -326,7 +329,7 @@ class Agent:
 
             root, builtins = agent_workspace(
                 config.workspace,  # type: ignore[arg-type] - not False here
-                default_workspace(config.name, self.session_id),
+                default_workspace(config.name, self.session.id),
                 secrets=[config.api_key] if config.api_key else [],
             )
             own = {t.name for t in config.tools}
@@ -337,15 +340,22 @@ class Agent:
         self.model_client: ModelClient = config.model_client or AnthropicModelClient(
             api_key=config.api_key, base_url=config.base_url
         )
-        self._history: list[ModelMessage] = []
-        self._loaded = False  # the history store (or Temporal) was read, or history replaced
-        self._stored = True  # the history store holds the history (False after a failed write)
-        # (len(history), transcript head) once the history is in the transcript store
-        self._head: tuple[int, str | None] | None = None
-        self._queries = 0
-        self._team: Team | None = None  # set on a team's lead by create_team()
-        self._run: QueryRun | None = None
-        self._runtime: Runtime | None = None
+
+    def with_tools(self, tools: Sequence[ToolDefinition[Any]]) -> Agent:
+        """This agent with ``tools`` added, on the same session (one history, one query at a
+        time): how a team runs its lead with the member tools, and its members with their
+        mailbox tools, leaving the agents the host made as they were."""
+        view = Agent(
+            dataclasses.replace(self.config, tools=(*self.config.tools, *tools)),
+            session=self.session,
+        )
+        view.workspace = self.workspace
+        view.model_client = self.model_client
+        return view
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
 
     @property
     def name(self) -> str:
@@ -369,6 +379,12 @@ class Agent:
     def tool(self, name: str) -> ToolDefinition[Any] | None:
         return next((t for t in self.config.tools if t.name == name), None)
 
+    @property
+    def runtime(self) -> Any:
+        """The :class:`~agent_lattice.Runtime` bound with :meth:`bind_runtime`, or None (the
+        process runtime runs its queries)."""
+        return self.session.runtime
+
     def query(
         self, prompt: str | Sequence[Mapping[str, Any]], **options: Unpack[QueryOptions]
     ) -> AsyncIterator[SDKMessage]:
@@ -377,103 +393,7 @@ class Agent:
         Options: ``stream=False`` turns off live model streaming; ``runtime=`` picks a
         :class:`~agent_lattice.Runtime` (default: the process runtime from the environment).
         """
-        return self._begin(prompt, options).messages(on_done=self._finish)
-
-    def _query_as_team(
-        self, team: Team, prompt: Any, options: Mapping[str, Any]
-    ) -> AsyncIterator[SDKMessage]:
-        """This agent's query as the lead of ``team`` (run by a TeamWorkflow)."""
-        run = self._begin(prompt, options)
-        run.team = team
-        return run.messages(on_done=self._finish)
-
-    def _begin(
-        self, prompt: str | Sequence[Mapping[str, Any]], options: Mapping[str, Any]
-    ) -> QueryRun:
-        check_options("QueryOptions", options, QUERY_OPTIONS)
-        check_request_options("QueryOptions", options)
-        if self._run is not None:
-            raise ConcurrentQueryError(
-                "this Agent is already running a query; an Agent is one conversation. "
-                "Create one Agent per concurrent conversation."
-            )
-        from .client._query import QueryRun
-
-        self._run = QueryRun(self, prompt, **options)
-        return self._run
-
-    async def _prepare(self, runtime: Runtime) -> None:
-        """Before the first query: seed the history from the store, or else continue the
-        session from what Temporal holds (a new Agent over an earlier session id)."""
-        if self._loaded:
-            return
-        resumed = await runtime.session_state(self.name, self.session_id, agent=self)
-        if resumed is not None:
-            self._history, self._queries = resumed
-        store = self.config.history_store
-        if store is not None:
-            # the store seeds the history; what a query of a dead process kept after its last
-            # write reaches the store now (see caught_up)
-            kept = self._history if resumed is not None else None
-            self._history, self._stored = await caught_up(store, kept)
-        self._head = None
-        self._loaded = True
-
-    def _next_query(self) -> int:
-        """The next query's number in this session (its workflow id's suffix)."""
-        self._queries += 1
-        return self._queries
-
-    async def _transcript_head(self, store: TranscriptStore) -> str | None:
-        """The transcript head of the history (stored on first use, then kept)."""
-        if self._head is None or self._head[0] != len(self._history):
-            self._head = (len(self._history), await store.append(None, self._history))
-        return self._head[1]
-
-    async def _finish(self, new_messages: list[ModelMessage]) -> None:
-        run, self._run = self._run, None
-        await self._take(
-            new_messages,
-            compacted_to=run.transcript if run is not None else None,
-            head=run.final_head if run is not None else None,
-            mirror=run.mirror if run is not None else None,
-        )
-
-    def _mirror(self) -> QueryMirror | None:
-        """What writes a starting query's messages to the history store as they land."""
-        store = self.config.history_store
-        return QueryMirror(store, self._history, synced=self._stored) if store else None
-
-    async def _take(
-        self,
-        added: list[ModelMessage],
-        *,
-        compacted_to: list[ModelMessage] | None,
-        head: str | None,
-        mirror: QueryMirror | None = None,
-    ) -> None:
-        """A finished query's messages into the history; the store gets what it does not
-        hold yet (``mirror``: what the query wrote as its messages landed), or, when the
-        query compacted the conversation, the whole new transcript."""
-        mirror = mirror or self._mirror()
-        if compacted_to is not None:
-            self._history = compacted_to
-        else:
-            self._history.extend(added)
-        self._head = (len(self._history), head) if head is not None else None
-        if mirror is not None:
-            self._stored = False  # unknown until settled (settle may raise)
-            self._stored = await mirror.settle(
-                self._history, added, compacted=compacted_to is not None
-            )
-
-    def _last_input_tokens(self) -> int:
-        """What the conversation's last model response reported reading (compaction trigger)."""
-        for message in reversed(self._history):
-            if message.role == "assistant" and message.usage is not None:
-                u = message.usage
-                return u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
-        return 0
+        return start_query(self, prompt, options).messages()
 
     async def prompt(
         self, prompt: str | Sequence[Mapping[str, Any]], **options: Unpack[QueryOptions]
@@ -483,41 +403,75 @@ class Agent:
         Nothing is streamed to the caller, so no live channel or message subscription is set
         up: the query runs as it would under ``query()``, and only its result is fetched.
         """
-        return await self._begin(prompt, options).result(on_done=self._finish)
+        return await start_query(self, prompt, options).result()
 
     def interrupt(self) -> bool:
         """End the running query with ``interrupted``; False when no query is running."""
-        return self._run.interrupt() if self._run is not None else False
+        return self.session.interrupt()
 
     async def get_history(self) -> list[ModelMessage]:
         """A copy of the conversation history."""
-        return [m.model_copy(deep=True) for m in self._history]
+        return [m.model_copy(deep=True) for m in self.session.history]
 
     async def replace_history(self, messages: Sequence[ModelMessage | Mapping[str, Any]]) -> None:
         """Install ``messages`` as the conversation (idle only). The history store is replaced
         too, and its lazy ``load()`` will not run. The host owns the content: it must be
         well-formed (every tool_use answered by its tool_result)."""
-        if self._run is not None:
-            raise ConcurrentQueryError(
-                "replace_history() while a query is running; wait for it to finish"
-            )
-        history = as_messages(messages, where="replace_history()")
-        self._history = history
-        self._head = None
-        self._loaded = True
-        store = self.config.history_store
-        if store is not None:
-            self._stored = False
-            self._stored = await store._wrote_replace(history)
+        await self.session.replace(as_messages(messages, where="replace_history()"))
 
     @property
     def history(self) -> list[ModelMessage]:
-        return list(self._history)
+        return self.session.history
 
-    def bind_runtime(self, runtime: Runtime) -> Agent:
-        """Run this agent's queries on ``runtime`` instead of the process default."""
-        self._runtime = runtime
+    def bind_runtime(self, runtime: Any) -> Agent:
+        """Run this agent's queries (its session's) on ``runtime`` instead of the process
+        default."""
+        self.session.runtime = runtime
         return self
+
+
+class StartQuery(Protocol):
+    """How the client starts a query (registered by ``agent_lattice.client``): the agent,
+    the prompt, the validated query options, and the team it leads (None for a plain
+    query)."""
+
+    def __call__(
+        self,
+        agent: Agent,
+        prompt: str | Sequence[Mapping[str, Any]],
+        options: Mapping[str, Any],
+        team: Any,
+    ) -> QueryRunner: ...
+
+
+_query_runner: list[StartQuery] = []
+
+
+def register_query_runner(start: StartQuery) -> None:
+    """Install the client's query runner (``agent_lattice.client`` does, on import)."""
+    _query_runner[:] = [start]
+
+
+def start_query(
+    agent: Agent,
+    prompt: str | Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any],
+    *,
+    team: Any = None,
+) -> QueryRunner:
+    """Validate a query's options, take the agent's session and start the query on it
+    (``team``: the team ``agent`` leads, whose runtime runs the query)."""
+    check_options("QueryOptions", options, QUERY_OPTIONS)
+    check_request_options("QueryOptions", options)
+    if agent.session.busy:
+        agent.session.reserve()  # raises ConcurrentQueryError
+    if not _query_runner:
+        raise ConfigurationError(
+            "no query runner is installed: import agent_lattice (its client registers one)"
+        )
+    run = _query_runner[0](agent, prompt, options, team)
+    agent.session.reserve(run)
+    return run
 
 
 @runtime_checkable

@@ -289,8 +289,9 @@ def _delegation_tool(
     )
 
 
-def member_tool(team: str, member: Any) -> ToolDefinition[Any]:
-    """The lead's tool for one team member (``ask`` now, or ``handoff`` to the runtime)."""
+def member_tool(team: str, member: Any, *, inner_team: Any = None) -> ToolDefinition[Any]:
+    """The lead's tool for one team member (``ask`` now, or ``handoff`` to the runtime);
+    ``inner_team``: the member is that team (its calls run that team's TeamWorkflow)."""
     focus = [f"Ask or hand work to {member.name!r}, a member of team {team!r}"]
     if member.role:
         focus.append(f"(role: {member.role})")
@@ -302,15 +303,10 @@ def member_tool(team: str, member: Any) -> ToolDefinition[Any]:
         "returns a receipt at once: the member's report reaches you, in handoff order, "
         "before your next turn."
     )
-    target = member.agent
-    from ._team import Team
-
-    inner = target if isinstance(target, Team) else None
-    if inner is not None:
-        target = inner.lead
+    target = inner_team.lead if inner_team is not None else member.agent
     definition = _delegation_tool("team_member", member.name, target, {"description": description})
     delegation = dataclasses.replace(
-        definition.delegation, team=team, member=member.name, inner_team=inner
+        definition.delegation, team=team, member=member.name, inner_team=inner_team
     )
     return dataclasses.replace(definition, delegation=delegation)
 

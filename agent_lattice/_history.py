@@ -66,10 +66,11 @@ class HistoryStore:
     async def load(self) -> list[ModelMessage]:
         """The stored conversation; ``[]`` (logged) when the store fails and errors are not
         bound to fail."""
-        return (await self._loaded())[0]
+        return (await self.load_checked())[0]
 
-    async def _loaded(self) -> tuple[list[ModelMessage], bool]:
-        """The stored conversation, and False when loading failed and was swallowed."""
+    async def load_checked(self) -> tuple[list[ModelMessage], bool]:
+        """The stored conversation, and False when loading failed and the failure was
+        swallowed (not ``fail_on_error``): the runtime then keeps its own copy."""
         try:
             loaded = await _call(self._load)
             return as_messages(loaded or [], where="history store load()"), True
@@ -78,16 +79,18 @@ class HistoryStore:
             return [], False
 
     async def append(self, message: ModelMessage) -> None:
-        await self._wrote_append(message)
+        await self.append_checked(message)
 
     async def replace(self, messages: list[ModelMessage]) -> None:
-        await self._wrote_replace(messages)
+        await self.replace_checked(messages)
 
-    async def _wrote_append(self, message: ModelMessage) -> bool:
-        """Append; False when it failed and the failure was swallowed (not fail_on_error)."""
+    async def append_checked(self, message: ModelMessage) -> bool:
+        """Append; False when it failed and the failure was swallowed (not ``fail_on_error``),
+        so the runtime knows the store no longer holds the conversation."""
         return await self._write("append", self._append, message.model_copy(deep=True))
 
-    async def _wrote_replace(self, messages: list[ModelMessage]) -> bool:
+    async def replace_checked(self, messages: list[ModelMessage]) -> bool:
+        """Replace; False when it failed and the failure was swallowed."""
         return await self._write(
             "replace", self._replace, [m.model_copy(deep=True) for m in messages]
         )
@@ -155,9 +158,9 @@ class QueryMirror:
         self.landed.append(message)
         try:
             if self.synced:
-                self.synced = await self.store._wrote_append(message)
+                self.synced = await self.store.append_checked(message)
             else:
-                self.synced = await self.store._wrote_replace([*self._before, *self.landed])
+                self.synced = await self.store.replace_checked([*self._before, *self.landed])
         except HistoryStoreError as err:
             self.synced, self.error = False, err
             raise
@@ -178,10 +181,10 @@ class QueryMirror:
         n = len(self.landed)
         if self.synced and not compacted and _same(self.landed, added[:n]):
             for message in added[n:]:
-                if not await self.store._wrote_append(message):
+                if not await self.store.append_checked(message):
                     return False
             return True
-        return await self.store._wrote_replace(history)
+        return await self.store.replace_checked(history)
 
 
 async def caught_up(
@@ -197,7 +200,7 @@ async def caught_up(
     appended, or, when the run rewrote the conversation (compaction, a dropped turn, a run
     that never started), the store is replaced. A store that failed to load (swallowed) is
     left alone and the session continues from Temporal's copy, in memory."""
-    stored, ok = await store._loaded()
+    stored, ok = await store.load_checked()
     if not ok:
         return kept or [], True
     finished = bool(stored) and stored[-1].role == "assistant" and not stored[-1].tool_uses
@@ -206,10 +209,10 @@ async def caught_up(
     n = len(stored)
     if len(kept) > n and _same(stored, kept[:n]):
         for message in kept[n:]:
-            if not await store._wrote_append(message):
+            if not await store.append_checked(message):
                 return kept, False
         return kept, True
-    return kept, await store._wrote_replace(kept)
+    return kept, await store.replace_checked(kept)
 
 
 def define_history_store(

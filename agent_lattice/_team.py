@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +36,35 @@ from ._tools import ToolDefinition, ToolResult, tool
 if TYPE_CHECKING:
     from ._agent import Agent
 
-__all__ = ["DrainResult", "Team", "TeamMember", "create_team", "team_member"]
+__all__ = [
+    "DrainResult",
+    "Team",
+    "TeamMember",
+    "create_team",
+    "register_default_mailbox",
+    "team_member",
+    "team_of",
+]
+
+# The default team mailbox, kept by Temporal: the client registers its factory on import
+# (the domain never imports the client). Called with the team's name and how to find the
+# lead's runtime when the mailbox is first used.
+DefaultMailbox = Callable[[str, Callable[[], Any]], TeamMailbox]
+_default_mailbox: list[DefaultMailbox] = []
+# each team's lead (the view create_team() makes) to its team: how workers find a team's
+# mailbox from the lead's runs
+_teams: weakref.WeakKeyDictionary[Any, Team] = weakref.WeakKeyDictionary()
+
+
+def register_default_mailbox(factory: DefaultMailbox) -> None:
+    """Install the factory of a team's default mailbox (``agent_lattice.client`` does)."""
+    _default_mailbox[:] = [factory]
+
+
+def team_of(lead: Any) -> Team | None:
+    """The team ``lead`` leads (the ``team.lead`` of a :func:`create_team` team), or None."""
+    return _teams.get(lead)
+
 
 _TEAM_OPTIONS = frozenset(
     {"name", "lead", "members", "mailbox", "runner", "expose_lead_mailbox_tools"}
@@ -89,9 +118,22 @@ class Team:
     def mailbox_id(self, member: str) -> str:
         return mailbox_id(self.name, member)
 
+    def answered(self, message_id: str, kind: MessageKind) -> None:
+        """A member answered ``message_id`` (with team_reply or team_followup) while a
+        drain had it claimed: the drain does not fail it."""
+        claim = self._claims.get(message_id)
+        if claim is None:
+            return
+        if kind == "reply":
+            claim.replied = True
+        else:
+            claim.followed_up = True
+
     def query(self, prompt: Any, **options: Any) -> AsyncIterator[SDKMessage]:
         """The lead's messages, and ``team_message`` / ``team_agent`` events as the team works."""
-        return self.lead._query_as_team(self, prompt, options)
+        from ._agent import start_query
+
+        return start_query(self.lead, prompt, options, team=self).messages()
 
     async def prompt(self, prompt: Any, **options: Any) -> ResultMessage:
         """Run the team and return the lead's final result (team-wide usage)."""
@@ -214,7 +256,6 @@ def create_team(**options: Any) -> Team:
     ``runner={"max_concurrent_work_items": N}`` (default 1), ``expose_lead_mailbox_tools``."""
     from ._agent import Agent
     from ._delegation import member_tool
-    from .client._mailbox import create_workflow_mailbox
 
     check_options("TeamOptions", options, _TEAM_OPTIONS)
     name = options.get("name")
@@ -241,8 +282,9 @@ def create_team(**options: Any) -> Team:
         )
     mailbox = options.get("mailbox")
     if mailbox is None:  # the default: kept by Temporal, named after the team
-        mailbox = create_workflow_mailbox(name)
-        mailbox.runtime_of = lambda: lead._runtime
+        if not _default_mailbox:
+            raise OptionError(f"create_team({name!r}): no default mailbox; pass mailbox=")
+        mailbox = _default_mailbox[0](name, lambda: lead.runtime)
     else:
         mailbox = check_mailbox(mailbox, "create_team()")
     taken = {t.name for t in lead.config.tools}
@@ -256,14 +298,19 @@ def create_team(**options: Any) -> Team:
         mailbox=mailbox,
         max_concurrent_work_items=limit,
     )
-    lead._team = team  # the worker finds the team's mailbox through its lead
-    # members that can take tools get their mailbox tools: a session now, a spec in every
-    # session it spawns (before the lead's member tools capture the targets)
+    # members that can take tools get their mailbox tools: a session now (a view of it: the
+    # host's Agent keeps its tools), a spec in every session it spawns (before the lead's
+    # member tools capture the targets)
     team.members = tuple(_with_mailbox_tools(team, m) for m in members)
-    tools = [member_tool(name, m) for m in team.members]
+    tools = [
+        member_tool(name, m, inner_team=m.agent if isinstance(m.agent, Team) else None)
+        for m in team.members
+    ]
     if options.get("expose_lead_mailbox_tools"):
         tools += mailbox_tools(team, "lead")
-    lead.config = dataclasses.replace(lead.config, tools=(*lead.config.tools, *tools))
+    # the lead the team runs: the host's lead with the member tools, on the same session
+    team.lead = lead.with_tools(tools)
+    _teams[team.lead] = team
     return team
 
 
@@ -288,7 +335,7 @@ def _with_mailbox_tools(team: Team, member: TeamMember) -> TeamMember:
         return member
     extra = mailbox_tools(team, member.name)
     if isinstance(agent, Agent):
-        agent.config = dataclasses.replace(agent.config, tools=(*agent.config.tools, *extra))
+        agent = agent.with_tools(extra)
     elif isinstance(agent, AgentSpec):
         own = list(agent.options.get("tools") or [])
         agent = AgentSpec({**agent.options, "tools": [*own, *extra]})
@@ -382,14 +429,9 @@ def mailbox_tools(team: Team, owner: str) -> list[ToolDefinition[Any]]:
                 is_error=True,
             )
         sent = await team.mailbox.send(_answer_to(original, kind, input.body))
-        claim = team._claims.get(original.id)
-        if kind == "reply":
-            if original.status not in FINAL_STATUSES:
-                await team.mailbox.set_status(original.id, "done", result=input.body)
-            if claim is not None:
-                claim.replied = True
-        elif claim is not None:
-            claim.followed_up = True
+        if kind == "reply" and original.status not in FINAL_STATUSES:
+            await team.mailbox.set_status(original.id, "done", result=input.body)
+        team.answered(original.id, kind)
         return ToolResult(
             content=json.dumps({"status": "sent", "message_id": sent.id, "kind": kind})
         )

@@ -147,13 +147,17 @@ class WorkflowMailbox:
 
 
 def create_workflow_mailbox(
-    name: str, *, runtime: Any = None, max_history_events: int = 2000
+    name: str,
+    *,
+    runtime: Any = None,
+    max_history_events: int = 2000,
+    runtime_of: Callable[[], Any] | None = None,
 ) -> WorkflowMailbox:
     """A mailbox kept by a Temporal workflow (``team-mailbox-<name>``), durable and shared
     by every process of the namespace; a team's default is the one named after the team.
     Sends are signals, ``claim_next``/``set_status`` updates, reads queries. ``runtime``:
     where to reach Temporal (default: the process runtime; a worker's own client inside
-    a tool)."""
+    a tool; ``runtime_of``: a function returning it, asked at each use)."""
     if not isinstance(name, str) or not name or not name.isprintable() or len(name) > 200:
         raise OptionError(
             "create_workflow_mailbox(): name must be a printable string of 1 to 200 characters "
@@ -164,4 +168,7 @@ def create_workflow_mailbox(
             "create_workflow_mailbox(): max_history_events must be an integer of at least 10; "
             f"got {max_history_events!r}"
         )
-    return WorkflowMailbox(name, runtime, max_history_events)
+    mailbox = WorkflowMailbox(name, runtime, max_history_events)
+    if runtime_of is not None:  # a team's default: its lead's runtime, when one is bound
+        mailbox.runtime_of = runtime_of
+    return mailbox

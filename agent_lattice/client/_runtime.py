@@ -38,6 +38,7 @@ from .._messages import (
     UserMessage,
 )
 from .._streaming import StreamReceiver
+from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
 from ..worker._plugin import LatticePlugin, create_mailbox_worker
@@ -229,7 +230,7 @@ class Runtime:
         _preload_provider_sdk()
         # the agents it delegates to run here too, as child workflows on their own queues
         for served in delegation_targets([agent]):
-            if served._team is not None:  # its members' mailbox tools reach the team mailbox
+            if team_of(served) is not None:  # its members' mailbox tools reach the team mailbox
                 await self.ensure_mailbox_worker()
             self._registry.add_session(served)
             self._registry.add(served)
@@ -466,7 +467,7 @@ class Runtime:
             return  # it closed meanwhile
         queues = [state.task_queue]
         for served in delegation_targets([agent]):
-            if served._team is not None:
+            if team_of(served) is not None:
                 await self.ensure_mailbox_worker()
             self._registry.add_session(served)
             self._registry.add(served)

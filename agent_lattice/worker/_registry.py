@@ -6,6 +6,8 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from .._team import Team, team_of
+
 if TYPE_CHECKING:
     from .._agent import Agent
     from .._tracing import ContextTracer
@@ -21,7 +23,11 @@ class AgentRegistry:
 
     def __init__(self, agents: Iterable[Agent] = ()) -> None:
         self._by_key: dict[str, Agent] = {}
-        self._by_session: weakref.WeakValueDictionary[str, Agent] = weakref.WeakValueDictionary()
+        # by (session id, key): the views of one session (a team's lead and the host's agent
+        # it was made from) have keys of their own
+        self._by_session: weakref.WeakValueDictionary[tuple[str, str], Agent] = (
+            weakref.WeakValueDictionary()
+        )
         # per-query tracers (``query(tracer=)``) by session, and the query that bound each
         self._tracers: dict[str, tuple[ContextTracer, str]] = {}
         for agent in agents:
@@ -31,14 +37,19 @@ class AgentRegistry:
         self._by_key.setdefault(agent.key, agent)
 
     def add_session(self, agent: Agent) -> None:
-        self._by_session[agent.session_id] = agent
+        self._by_session[(agent.session_id, agent.key)] = agent
 
     def get(self, key: str, session_id: str | None = None) -> Agent | None:
         if session_id is not None:
-            agent = self._by_session.get(session_id)
-            if agent is not None and agent.key == key:
+            agent = self._by_session.get((session_id, key))
+            if agent is not None:
                 return agent
         return self._by_key.get(key)
+
+    def team_of(self, key: str, session_id: str | None = None) -> Team | None:
+        """The team whose lead runs as ``key`` (the session's own, else the definition's)."""
+        lead = self.get(key, session_id)
+        return team_of(lead) if lead is not None else None
 
     def bind_tracer(self, session_id: str, tracer: ContextTracer, root: str) -> None:
         """Trace ``session_id``'s runs with ``tracer`` until the query ``root`` releases it."""
