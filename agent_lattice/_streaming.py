@@ -24,11 +24,25 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["StreamReceiver", "StreamSender"]
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["LiveItem", "StreamReceiver", "StreamSender"]
 
 log = logging.getLogger("agent_lattice.stream")
 
-Deliver = Callable[[dict[str, Any]], Awaitable[None]]
+
+class LiveItem(BaseModel):
+    """One live stream event as the side channel carries it: the provider's raw event, the
+    turn and attempt of the model request it belongs to, and ``after``: the durable messages
+    the workflow had published before that request (the caller's ordering point)."""
+
+    event: dict[str, Any]
+    turn: int = 1
+    attempt: int = 1
+    after: int = 0
+
+
+Deliver = Callable[[LiveItem], Awaitable[None]]
 
 # Receivers living in this process, by address: the in-memory fast path.
 _LOCAL: dict[str, StreamReceiver] = {}
@@ -91,8 +105,13 @@ class StreamReceiver:
                     writer.write(b"ok\n")
                     await writer.drain()
                     return
-                await deliver(item)
-        except (ConnectionError, json.JSONDecodeError, asyncio.IncompleteReadError) as err:
+                await deliver(LiveItem.model_validate(item))
+        except (
+            ConnectionError,
+            json.JSONDecodeError,
+            ValidationError,
+            asyncio.IncompleteReadError,
+        ) as err:
             log.debug("stream connection ended: %s", err)
         finally:
             writer.close()
@@ -109,7 +128,7 @@ class StreamSender:
         self._address = address
         self._channel = channel
         # ``after``: durable messages the workflow published before this request.
-        self._meta = {"turn": turn, "attempt": attempt, "after": after}
+        self._turn, self._attempt, self._after = turn, attempt, after
         self._local: Deliver | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -138,13 +157,13 @@ class StreamSender:
     async def send(self, event: dict[str, Any]) -> None:
         if self._dead:
             return
-        item = {**self._meta, "event": event}
+        item = LiveItem(event=event, turn=self._turn, attempt=self._attempt, after=self._after)
         if self._local is not None:
             await self._local(item)
             return
         assert self._writer is not None
         try:
-            self._writer.write(json.dumps(item).encode() + b"\n")
+            self._writer.write(item.model_dump_json().encode() + b"\n")
             await self._writer.drain()
         except OSError as err:
             self._fail(str(err))

@@ -17,6 +17,7 @@ from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
 from .._tools import ToolResult
 from .._tracing import ContextTracer, TraceEvent
 from .._transcripts import TranscriptMissing, TranscriptStore, hydrate, open_transcript_store
+from ..workflows._contract import FailureType
 from ..workflows._types import ToolCallOutput
 from ._tools import DEFAULT_TOOL_THREADS, ToolThreads
 
@@ -57,7 +58,9 @@ class ActivitiesBase:
             head = await store.append(head, unsent)
             return head, await hydrate(await store.messages(head), store)
         except TranscriptMissing as err:
-            raise ApplicationError(str(err), type="TranscriptMissing", non_retryable=True) from None
+            raise ApplicationError(
+                str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True
+            ) from None
 
     def _tracer(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> Tracer:
         """The session's trace events go to its query's tracer (``query(tracer=)``, bound in
@@ -72,7 +75,7 @@ class ActivitiesBase:
             raise ApplicationError(
                 f"agent {key!r} is not registered on this worker (task queue "
                 f"{activity.info().task_queue!r}); known: {', '.join(self._registry.keys()) or 'none'}",
-                type="AgentNotRegistered",
+                type=FailureType.AGENT_NOT_REGISTERED,
                 non_retryable=True,
             )
         return agent
@@ -138,7 +141,7 @@ class Tracer:
         except Exception as err:  # only a tracer bound with fail_on_error gets here
             raise ApplicationError(
                 f"tracer failed: {type(err).__name__}: {err}",
-                type="TracerError",
+                type=FailureType.TRACER_ERROR,
                 non_retryable=True,
             ) from err
 
@@ -149,7 +152,9 @@ async def hook(call: Awaitable[T]) -> T:
         return await call
     except Exception as err:
         raise ApplicationError(
-            f"hook failed: {type(err).__name__}: {err}", type="HookError", non_retryable=True
+            f"hook failed: {type(err).__name__}: {err}",
+            type=FailureType.HOOK_ERROR,
+            non_retryable=True,
         ) from err
 
 
@@ -169,7 +174,7 @@ async def quiet_when_abandoned() -> AsyncIterator[None]:
         if details is None or not details.cancel_requested:
             raise ApplicationError(
                 "cut off: its query ended or its worker stopped",
-                type="Abandoned",
+                type=FailureType.ABANDONED,
                 category=ApplicationErrorCategory.BENIGN,
             ) from None
         raise

@@ -15,18 +15,23 @@ from .._delegation import Delegation
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
 from .._messages import ModelMessage
-from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import run_transcript
 from .._workspace import Boundary
 from ..client._mailbox import WorkflowMailbox
+from ..workflows._contract import ActivityName, FailureType
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import (
+    AgentChild,
     AgentRunInput,
     AgentRunOutput,
+    CallEnded,
+    ChildQuery,
     DelegateCallInput,
     DelegatePrepared,
+    HandedOff,
     Handoff,
+    TeamChild,
     TeamRunInput,
     ToolCallOutput,
     TraceParent,
@@ -41,7 +46,7 @@ if TYPE_CHECKING:
 class DelegationActivities(ActivitiesBase):
     """The activities around an agent tool's child workflow."""
 
-    @activity.defn(name="lattice.delegate_prepare")
+    @activity.defn(name=ActivityName.DELEGATE_PREPARE)
     async def delegate_prepare(self, input: DelegateCallInput) -> DelegatePrepared:
         """Before an agent tool's child workflow: permission, input validation and mapping,
         the child's session and transcript (a local activity: its outcome is recorded once)."""
@@ -52,7 +57,9 @@ class DelegationActivities(ActivitiesBase):
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
 
         async def refuse(result: ToolResult) -> DelegatePrepared:
-            return DelegatePrepared(result=await self._settle(parent, use, result, tracer))
+            return DelegatePrepared(
+                CallEnded(result=await self._settle(parent, use, result, tracer))
+            )
 
         ctx = tool_context(parent, input)
         denial = invalid_input(use) or await permission_denial(
@@ -99,7 +106,6 @@ class DelegationActivities(ActivitiesBase):
             )
             if isinstance(started, ToolResult):
                 return await refuse(started)
-            child_input, workflow_id, queue, team_child = started
             if delegation.team is not None and delegation.member is not None:
                 asked = TeamMessage(
                     id=member_message_id(f"{info.workflow_id}/{use.id}"),
@@ -110,9 +116,7 @@ class DelegationActivities(ActivitiesBase):
                     metadata={"mode": "ask", "tool_use_id": use.id, "workspace_grants": grants},
                 )
                 await _record_ask(parent, lambda mailbox: mirror(mailbox, asked))
-            return DelegatePrepared(
-                child=child_input, workflow_id=workflow_id, task_queue=queue, team_child=team_child
-            )
+            return DelegatePrepared(started)
         assert delegation.team is not None and delegation.member is not None
         seed = f"{info.workflow_id}/{use.id}"
         message_id = member_message_id(seed)
@@ -127,39 +131,39 @@ class DelegationActivities(ActivitiesBase):
         }
         settled = await self._settle(parent, use, ToolResult(content=json.dumps(receipt)), tracer)
         return DelegatePrepared(
-            result=settled,
-            handoff=Handoff(
-                team=delegation.team,
-                member=delegation.member,
-                tool_use_id=use.id,
-                tool_name=use.name,
-                lead_key=input.agent_key,
-                lead_session_id=input.session_id,
-                lead_workflow_id=info.workflow_id or "",  # always set: a workflow calls this
-                lead_run_id=input.run_id or "",
-                from_mailbox=mailbox_id(delegation.team, "lead"),
-                to_mailbox=mailbox_id(delegation.team, delegation.member),
-                task=prompt if isinstance(prompt, str) else json.dumps(prompt),
-                context=input.context,
-                workspace_grants=grants,
-                message_id=message_id,
-                work_item_id=work_item_id,
-                thread_id=message_id,
-            ),
+            HandedOff(
+                result=settled,
+                handoff=Handoff(
+                    team=delegation.team,
+                    member=delegation.member,
+                    tool_use_id=use.id,
+                    tool_name=use.name,
+                    lead_key=input.agent_key,
+                    lead_session_id=input.session_id,
+                    lead_workflow_id=info.workflow_id or "",  # always set: a workflow calls this
+                    lead_run_id=input.run_id or "",
+                    from_mailbox=mailbox_id(delegation.team, "lead"),
+                    to_mailbox=mailbox_id(delegation.team, delegation.member),
+                    task=prompt if isinstance(prompt, str) else json.dumps(prompt),
+                    context=input.context,
+                    workspace_grants=grants,
+                    message_id=message_id,
+                    work_item_id=work_item_id,
+                    thread_id=message_id,
+                ),
+            )
         )
 
     async def _absorb(self, delegation: Delegation, output: AgentRunOutput | None) -> None:
         """A live session target is free again, and takes the delegated query's messages."""
         if delegation.kind != "session":
             return
-        session = delegation.target.session
-        session.release()
+        child = delegation.target
+        child._run = None
         if output is None:
             return
         transcript, added, head = await run_transcript(self._transcripts, output)
-        await session.absorb(
-            added, compacted_to=transcript if output.compacted else None, head=head
-        )
+        await child._take(added, compacted_to=transcript if output.compacted else None, head=head)
 
     async def _start_child(
         self,
@@ -172,22 +176,25 @@ class DelegationActivities(ActivitiesBase):
         grants: list[str],
         parent_session: str,
         trace_parent: TraceParent,
-    ) -> tuple[AgentRunInput, str, str, TeamRunInput | None] | ToolResult:
+    ) -> ChildQuery | ToolResult:
         """The child query of a delegated call, on the target's session as it is now: its
-        input, workflow id, task queue (and its TeamWorkflow's input when it is a team)."""
+        input, workflow id and task queue (a TeamWorkflow's input when it is a team)."""
         child = delegation.child_agent(session_id=uuid.uuid5(_DELEGATION_NS, seed).hex)
-        session = child.session
-        if session.busy:
+        if child._run is not None:
             return ToolResult(
                 content=f"agent {child.name!r} is busy with another query (one Agent is one "
                 "conversation); try again when it is done",
                 is_error=True,
             )
-        session.reserve()  # taken until its result is absorbed (its parent's run controls it)
-        await session.load()  # from its history store, the first time
+        # the session is taken until its result is absorbed; Agent types its run as the
+        # client's QueryRun, and only interrupt() is ever asked of it while it is taken
+        child._run = _DELEGATED  # pyright: ignore[reportAttributeAccessIssue]
+        if not child._loaded and child.config.history_store is not None:
+            child._history = await child.config.history_store.load()
+        child._loaded = True
         store = self._transcripts
         message = ModelMessage.model_validate({"role": "user", "content": prompt})
-        head = await store.append(await session.transcript_head(store), [message])
+        head = await store.append(await child._transcript_head(store), [message])
         child_queue = child.task_queue
         if "@" in queue and not child.config.task_queue:
             child_queue = f"{child_queue}@{queue.rpartition('@')[2]}"  # this process's workers
@@ -199,28 +206,31 @@ class DelegationActivities(ActivitiesBase):
             stream=False,
             request=request_options(child.config),
             context=context,
-            last_input_tokens=session.last_input_tokens(),
+            last_input_tokens=child._last_input_tokens(),
             workspace_grants=grants,
         )
         bound = self._registry.tracer_of(parent_session)
         if bound is not None:  # the caller's query tracer follows the delegated run
             self._registry.bind_tracer(child.session_id, *bound)
             child_input.traced, child_input.trace_parent = True, trace_parent
-        workflow_id = workflow_id_for(child, session.next_query())
-        team_child = None
-        if delegation.inner_team is not None:  # a team member: its own TeamWorkflow runs it
-            inner = delegation.inner_team
-            team_child = TeamRunInput(
+        workflow_id = workflow_id_for(child, child._next_query())
+        inner = delegation.inner_team
+        if inner is None:
+            return AgentChild(child=child_input, workflow_id=workflow_id, task_queue=child_queue)
+        # a team member: its own TeamWorkflow runs it
+        return TeamChild(
+            team=TeamRunInput(
                 team=inner.name,
                 lead=child_input,
                 lead_workflow_id=workflow_id,
                 lead_task_queue=child_queue,
                 max_concurrent_work_items=inner.max_concurrent_work_items,
-            )
-            workflow_id = f"team-{inner.name}-{workflow_id.removeprefix(child.name + '-')}"
-        return child_input, workflow_id, child_queue, team_child
+            ),
+            workflow_id=f"team-{inner.name}-{workflow_id.removeprefix(child.name + '-')}",
+            task_queue=child_queue,
+        )
 
-    @activity.defn(name="lattice.delegate_finish")
+    @activity.defn(name=ActivityName.DELEGATE_FINISH)
     async def delegate_finish(self, input: DelegateCallInput) -> ToolCallOutput:
         """After an agent tool's child workflow: the child's answer as the tool result; a live
         session target takes the new messages into its history."""
@@ -284,13 +294,22 @@ async def _record_ask(lead: Agent, write: Callable[[TeamMailbox], Awaitable[None
     """An ``ask`` to a team member kept as a mailbox message (``processing``, then
     ``done``/``failed`` with its answer). Best effort: the answer reaches the lead even when
     the mailbox cannot be written."""
-    team = team_of(lead)
-    if team is None:
+    if lead._team is None:
         return
     try:
-        await write(team.mailbox)
+        await write(lead._team.mailbox)
     except Exception as err:
         activity.logger.warning("team mailbox not updated for an ask: %s", err)
+
+
+class _Delegated:
+    """Marks a live session taken by a delegated query (its parent's run controls it)."""
+
+    def interrupt(self) -> bool:
+        return False
+
+
+_DELEGATED = _Delegated()
 
 
 def delegation_of(agent: Agent, tool_name: str) -> Delegation:
@@ -298,7 +317,7 @@ def delegation_of(agent: Agent, tool_name: str) -> Delegation:
     if definition is None or definition.delegation is None:
         raise ApplicationError(
             f"{tool_name!r} is not an agent tool of {agent.name!r} on this worker",
-            type="AgentNotRegistered",
+            type=FailureType.AGENT_NOT_REGISTERED,
             non_retryable=True,
         )
     return definition.delegation

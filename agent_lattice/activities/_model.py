@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._workspace import workspace_prompt
 from ..providers import ModelRequest, ProviderError
+from ..workflows._contract import ActivityName, FailureType
 from ..workflows._types import CompactInput, CompactOutput, ModelCallInput, ModelCallOutput
 from ._base import ActivitiesBase, heartbeating, hook, quiet_when_abandoned
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class ModelActivities(ActivitiesBase):
     """The activities that call the agent's model."""
 
-    @activity.defn(name="lattice.model_request")
+    @activity.defn(name=ActivityName.MODEL_REQUEST)
     async def model_request(self, input: ModelCallInput) -> ModelCallOutput:
         agent = self._agent(input.agent_key, input.session_id)
         config = agent.config
@@ -86,10 +86,9 @@ class ModelActivities(ActivitiesBase):
         rejection = None
         if message.tool_uses and config.tool_batch_policy is not None:
             calls = [ToolCallInfo(id=u.id, name=u.name, input=u.input) for u in message.tool_uses]
-            decision = await evaluate_batch_policy(
+            rejection = await evaluate_batch_policy(
                 config.tool_batch_policy, BatchPolicyRequest(calls)
             )
-            rejection = dataclasses.asdict(decision) if decision is not None else None
         reply_head = await self._transcripts.append(request_head, [message])
         return ModelCallOutput(
             request_head=request_head,
@@ -99,7 +98,7 @@ class ModelActivities(ActivitiesBase):
             batch_rejection=rejection,
         )
 
-    @activity.defn(name="lattice.compact")
+    @activity.defn(name=ActivityName.COMPACT)
     async def compact(self, input: CompactInput) -> CompactOutput:
         """Summarize the older part of the transcript; the new transcript's head (a durable
         step: the workflow records the outcome, so a crash never compacts twice)."""
@@ -123,7 +122,9 @@ class ModelActivities(ActivitiesBase):
             message = await _call_model(agent, request, None)
         if not message.text.strip():
             raise ApplicationError(
-                "compaction produced no summary", type="CompactionFailed", non_retryable=True
+                "compaction produced no summary",
+                type=FailureType.COMPACTION_FAILED,
+                non_retryable=True,
             )
         compacted = compacted_history(transcript, cut, message.text)
         return CompactOutput(
@@ -208,7 +209,7 @@ async def _call_model(
     except TimeoutError:
         raise ApplicationError(
             f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
-            type="RequestTimeout",
+            type=FailureType.REQUEST_TIMEOUT,
             non_retryable=True,
             category=ApplicationErrorCategory.BENIGN,  # the configured outcome, not a fault
         ) from None
@@ -218,14 +219,14 @@ async def _call_model(
         if err.error_type == "timeout" and request.timeout_ms is not None:
             raise ApplicationError(
                 f"model request exceeded request_timeout_ms ({request.timeout_ms} ms)",
-                type="RequestTimeout",
+                type=FailureType.REQUEST_TIMEOUT,
                 non_retryable=True,
                 category=ApplicationErrorCategory.BENIGN,
             ) from None
         raise ApplicationError(
             err.message,
             {"status_code": err.status_code, "error_type": err.error_type},
-            type="ProviderError" if err.retryable else "ProviderRejected",
+            type=FailureType.PROVIDER_ERROR if err.retryable else FailureType.PROVIDER_REJECTED,
             non_retryable=not err.retryable,
             next_retry_delay=timedelta(seconds=err.retry_after)
             if err.retry_after is not None
@@ -246,13 +247,13 @@ def _unreachable(err: ProviderError, give_up_s: float, initial_s: float) -> Appl
             f"{'s' if info.attempt != 1 else ''} in {waited:.0f} s; "
             "see ActivitySettings.model_unreachable_give_up_s)",
             {"status_code": None, "error_type": "connection"},
-            type="ProviderUnreachable",
+            type=FailureType.PROVIDER_UNREACHABLE,
             non_retryable=True,
         )
     return ApplicationError(
         err.message,
         {"status_code": None, "error_type": "connection"},
-        type="ProviderError",
+        type=FailureType.PROVIDER_ERROR,
         # the retry policy's backoff, cut to end at the budget
         next_retry_delay=timedelta(seconds=min(initial_s * 2.0 ** (info.attempt - 1), left)),
     )

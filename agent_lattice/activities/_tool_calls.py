@@ -7,6 +7,7 @@ from temporalio import activity
 
 from .._messages import ToolResultBlock
 from .._tools import ToolResult
+from ..workflows._contract import ActivityName
 from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInput, TraceInput
 from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
 from ._tools import CallRecord, invalid_input, permission_denial, tool_context
@@ -15,7 +16,7 @@ from ._tools import CallRecord, invalid_input, permission_denial, tool_context
 class ToolActivities(ActivitiesBase):
     """The activities that run an agent's tools and report on them."""
 
-    @activity.defn(name="lattice.tool_call")
+    @activity.defn(name=ActivityName.TOOL_CALL)
     async def tool_call(self, input: ToolCallInput) -> ToolCallOutput:
         agent = self._agent(input.agent_key, input.session_id)
         use = input.tool_use
@@ -43,7 +44,7 @@ class ToolActivities(ActivitiesBase):
             result = await record.answer() or await record.run(run)
             return await self._settle(agent, use, result, tracer)
 
-    @activity.defn(name="lattice.tool_result_hooks")
+    @activity.defn(name=ActivityName.TOOL_RESULT_HOOKS)
     async def tool_result_hooks(self, input: ToolResultsHookInput) -> list[ToolResultBlock]:
         """``on_tool_result`` for results the workflow made itself (runs as a local activity)."""
         agent = self._agent(input.agent_key, input.session_id)
@@ -52,14 +53,14 @@ class ToolActivities(ActivitiesBase):
             for use, block in zip(input.calls, input.results, strict=True)
         ]
 
-    @activity.defn(name="lattice.trace")
+    @activity.defn(name=ActivityName.TRACE)
     async def trace(self, input: TraceInput) -> None:
         """Trace events the workflow produced itself (runs as a local activity)."""
         agent = self._agent(input.agent_key, input.session_id)
         for item in input.events:
-            tracer = self._tracer(agent, input.session_id, input.run_id, item["seq"])
-            data = dict(item.get("data", {}))
+            tracer = self._tracer(agent, input.session_id, input.run_id, item.seq)
+            data = dict(item.data)
             if "content_head" in data:  # a large prompt: read it from the transcript
                 last = (await self._transcripts.messages(data.pop("content_head")))[-1]
                 data["content"] = last.to_wire()["content"]
-            await tracer.emit(item["type"], **data)
+            await tracer.emit(item.type, **data)

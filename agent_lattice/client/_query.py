@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pydantic import TypeAdapter
@@ -32,7 +32,9 @@ from .._messages import (
     UserMessage,
 )
 from .._options import check_options
+from .._streaming import LiveItem
 from .._tracing import ContextTracer
+from ..workflows._contract import FailureType
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
 from ._merge import Failed, Live, Mark, Merge, Nested
@@ -54,19 +56,6 @@ FOLLOW_GRACE_S = 10.0
 
 class QueryRun:
     """Drives one ``agent.query()``; :meth:`messages` is the iterator the caller sees."""
-
-    @classmethod
-    def start(
-        cls,
-        agent: Agent,
-        prompt: str | Sequence[Mapping[str, Any]],
-        options: Mapping[str, Any],
-        team: Team | None,
-    ) -> QueryRun:
-        """The client's :class:`~agent_lattice._session.QueryRunner` (registered on import)."""
-        run = cls(agent, prompt, **options)
-        run.team = team
-        return run
 
     def __init__(
         self,
@@ -134,16 +123,15 @@ class QueryRun:
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
         prompt_message = ModelMessage(role="user", content=self.prompt)
-        session = agent.session
-        self.mirror = session.mirror()
+        self.mirror = agent._mirror()
         if self.mirror is not None:
             # the prompt lands as the query starts; a store bound to fail that fails here
             # raises before any run (or model spend) begins
             await self.mirror.add(prompt_message)
-        self.workflow_id = workflow_id_for(agent, session.next_query())
+        self.workflow_id = workflow_id_for(agent, agent._next_query())
         # The conversation travels by reference: the workflow gets the transcript's head.
         store = runtime.transcripts
-        head = await store.append(await session.transcript_head(store), [prompt_message])
+        head = await store.append(await agent._transcript_head(store), [prompt_message])
         prompt_json = json.dumps(prompt_message.to_wire()["content"], ensure_ascii=False)
         large = len(prompt_json) > _settings.inline_limit()
         run_input = AgentRunInput(
@@ -154,7 +142,7 @@ class QueryRun:
             else self.prompt,
             head=head,
             prompt_in_head=large,
-            last_input_tokens=session.last_input_tokens(),
+            last_input_tokens=agent._last_input_tokens(),
             stream=self.stream,
             stream_to=stream_to,
             stream_channel=channel,
@@ -208,13 +196,17 @@ class QueryRun:
         if self._interrupt_requested:
             self._send_interrupt()
 
-    async def result(self) -> ResultMessage:
+    async def result(
+        self, on_done: Callable[[list[ModelMessage]], Awaitable[None]]
+    ) -> ResultMessage:
         """Run to the end without following the messages (what ``prompt()`` needs): no
         subscription and no live channel, just the workflow's result."""
         new_messages: list[ModelMessage] = []
         follower: asyncio.Task[None] | None = None
         try:
-            runtime = await self._prepared_runtime()
+            runtime = self._runtime or self.agent._runtime or await get_default_runtime()
+            await self.agent._prepare(runtime)
+            await runtime.ensure_worker(self.agent)
             await self._start(runtime, None, None)
             if self.mirror is not None:
                 # nothing is streamed to the caller, but the store gets each message as it
@@ -245,15 +237,17 @@ class QueryRun:
             self._done = True
             if self._traced_on is not None:  # the query's tracer leaves with it
                 self._traced_on.release_query_tracers(self.workflow_id)
-            await self._finish(new_messages)
+            await on_done(new_messages)
             for task in self._signals:
                 with contextlib.suppress(Exception):
                     await task
 
-    async def messages(self) -> AsyncIterator[SDKMessage]:
+    async def messages(
+        self, on_done: Callable[[list[ModelMessage]], Awaitable[None]]
+    ) -> AsyncIterator[SDKMessage]:
         new_messages: list[ModelMessage] = []
         try:
-            runtime = self._runtime or self.agent.runtime or await get_default_runtime()
+            runtime = self._runtime or self.agent._runtime or await get_default_runtime()
             # aclosing: when the caller stops early, the inner run must finish its clean-up
             # (ending the workflow, collecting completed turns) before on_done sees them.
             async with contextlib.aclosing(self._run(runtime, new_messages)) as run:
@@ -263,38 +257,13 @@ class QueryRun:
             self._done = True
             if self._traced_on is not None:  # the query's tracer leaves with it
                 self._traced_on.release_query_tracers(self.workflow_id)
-            await self._finish(new_messages)
-
-    async def _prepared_runtime(self) -> Runtime:
-        """The runtime the query runs on, with the session loaded (before the first query:
-        from its history store, else from what Temporal holds of an earlier session) and
-        the agent served."""
-        runtime = self._runtime or self.agent.runtime or await get_default_runtime()
-        await self._load_session(runtime)
-        await runtime.ensure_worker(self.agent)
-        return runtime
-
-    async def _load_session(self, runtime: Runtime) -> None:
-        session = self.agent.session
-        if not session.loaded:
-            agent = self.agent
-            await session.load(
-                await runtime.session_state(agent.name, agent.session_id, agent=agent)
-            )
-
-    async def _finish(self, new_messages: list[ModelMessage]) -> None:
-        """The session is free again and holds the query's messages."""
-        session = self.agent.session
-        session.release()
-        await session.absorb(
-            new_messages, compacted_to=self.transcript, head=self.final_head, mirror=self.mirror
-        )
+            await on_done(new_messages)
 
     async def _run(
         self, runtime: Runtime, new_messages: list[ModelMessage]
     ) -> AsyncGenerator[SDKMessage, None]:
         agent = self.agent
-        await self._load_session(runtime)
+        await agent._prepare(runtime)
         await runtime.ensure_worker(agent)
         merge = Merge()
         session_id = agent.session_id
@@ -302,15 +271,15 @@ class QueryRun:
         if self.stream:
             receiver = await runtime.stream_receiver()
 
-            async def deliver(item: dict[str, Any]) -> None:
+            async def deliver(item: LiveItem) -> None:
                 await merge.put_live(
                     StreamEventMessage(
-                        event=item["event"],
+                        event=item.event,
                         session_id=session_id,
-                        turn=item.get("turn", 1),
-                        attempt=item.get("attempt", 1),
+                        turn=item.turn,
+                        attempt=item.attempt,
                     ),
-                    item.get("after", 0),
+                    item.after,
                 )
 
             channel = receiver.open(deliver)
@@ -507,8 +476,8 @@ def workspace_grants_of(permissions: Mapping[str, Any] | None) -> list[str]:
 def _raise_hook_failure(result: ResultMessage) -> ResultMessage:
     """A failed hook (or a tracer bound with fail_on_error) is host code failing: it
     propagates out of query()/prompt() instead of becoming a result."""
-    if result.error is not None and result.error.type == "HookError":
+    if result.error is not None and result.error.type == FailureType.HOOK_ERROR:
         raise HookError(result.error.message)
-    if result.error is not None and result.error.type == "TracerError":
+    if result.error is not None and result.error.type == FailureType.TRACER_ERROR:
         raise TracerError(result.error.message)
     return result

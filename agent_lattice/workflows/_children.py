@@ -8,9 +8,28 @@ from temporalio import workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from ._types import AgentRunInput, AgentRunOutput, TeamRunInput
+    from ._types import (
+        ActivitySettings,
+        AgentRunInput,
+        AgentRunOutput,
+        ChildQuery,
+        TeamChild,
+        TeamRunInput,
+    )
 
-__all__ = ["signal_quietly", "start_query"]
+__all__ = ["signal_quietly", "start_child", "start_query"]
+
+
+async def start_child(
+    child: ChildQuery, settings: ActivitySettings, *, summary: str
+) -> workflow.ChildWorkflowHandle[Any, AgentRunOutput]:
+    """A delegated query (or handed-off work) as a child workflow, with its parent's
+    activity settings."""
+    query = child.child.model_copy(update={"settings": settings})
+    team = child.team if isinstance(child, TeamChild) else None
+    return await start_query(
+        query, team, id=child.workflow_id, task_queue=child.task_queue, summary=summary
+    )
 
 
 async def start_query(

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -20,20 +18,20 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from .._messages import ResultMessage, TextBlock, ToolUseBlock, Usage
-    from ._children import signal_quietly, start_query
+    from . import _contract as contract
+    from ._children import signal_quietly, start_child
+    from ._contract import HOST_FAILURES
     from ._failures import error_info
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
+        CallEnded,
         DelegateCallInput,
-        DelegatePrepared,
+        HandedOff,
         Report,
         ToolCallInput,
         ToolCallOutput,
     )
-
-DELEGATE_PREPARE_ACTIVITY = "lattice.delegate_prepare"
-DELEGATE_FINISH_ACTIVITY = "lattice.delegate_finish"
 
 
 class Delegating:
@@ -61,38 +59,27 @@ class Delegating:
         call = DelegateCallInput(
             **self._call_input(use).model_dump(), team_workflow_id=input.team_workflow_id
         )
-        host = {
-            "start_to_close_timeout": timedelta(seconds=input.settings.tool_timeout_s),
-            "retry_policy": RetryPolicy(
-                non_retryable_error_types=["AgentNotRegistered", "HookError", "TracerError"]
-            ),
-        }
+        host = contract.host_preset(input.settings)
         try:
-            prepared: DelegatePrepared = await workflow.execute_local_activity(
-                DELEGATE_PREPARE_ACTIVITY,
-                call,
-                result_type=DelegatePrepared,
-                summary=f"{input.agent.name} · delegate {use.name}",
-                **host,
-            )
-            if prepared.handoff is not None and input.team_workflow_id is not None:
+            prepared = (
+                await contract.delegate_prepare(
+                    call, host, summary=f"{input.agent.name} · delegate {use.name}"
+                )
+            ).root
+            if isinstance(prepared, HandedOff) and input.team_workflow_id is not None:
                 # the team runtime runs it; the receipt answers the call now
                 team = workflow.get_external_workflow_handle(input.team_workflow_id)
                 await team.signal("handoff", prepared.handoff)
                 self._handoffs.add(use.id)
-            if prepared.result is not None:
+            if isinstance(prepared, CallEnded | HandedOff):
                 return prepared.result
-            assert prepared.child is not None and prepared.workflow_id is not None
-            child_input = prepared.child.model_copy(update={"settings": input.settings})
             output: AgentRunOutput | None = None
             error: str | None = None
             try:
-                handle = await start_query(
-                    child_input,
-                    prepared.team_child,  # the member is a team: run its TeamWorkflow
-                    id=prepared.workflow_id,
-                    task_queue=prepared.task_queue,
-                    summary=f"{child_input.agent.name} · delegated by {input.agent.name}",
+                handle = await start_child(
+                    prepared,  # the member is a team: its TeamWorkflow runs the query
+                    input.settings,
+                    summary=f"{prepared.child.agent.name} · delegated by {input.agent.name}",
                 )
                 self._children[use.id] = handle
                 if self._aborted or self._interrupted:  # the signal came while it started
@@ -104,15 +91,13 @@ class Delegating:
                 self._children.pop(use.id, None)
             if output is not None:
                 self._add_child_usage(output.result)
-            return await workflow.execute_local_activity(
-                DELEGATE_FINISH_ACTIVITY,
+            return await contract.delegate_finish(
                 call.model_copy(update={"output": output, "error": error}),
-                result_type=ToolCallOutput,
+                host,
                 summary=f"{input.agent.name} · delegate {use.name} · result",
-                **host,
             )
         except (ActivityError, ApplicationError) as err:
-            if error_info(err).type in ("HookError", "TracerError"):
+            if error_info(err).type in HOST_FAILURES:
                 raise
             return self._could_not_run(use, err)
 

@@ -7,6 +7,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from .._messages import ErrorInfo
+from ._contract import PROVIDER_FAILURES, ErrorKind, FailureType
 
 __all__ = ["WORKER_LOST", "cut_off", "did_not_finish", "error_info", "gave_up", "past_timeout"]
 
@@ -38,7 +39,7 @@ def gave_up(err: BaseException, budget_s: float) -> ErrorInfo | None:
     info = error_info(last) if last is not None else None
     detail = f"; last attempt: {info.message}" if info is not None else ""
     return ErrorInfo(
-        type="APIError",
+        type=ErrorKind.API_ERROR.value,
         message=f"the model request was given up: no answer within model_give_up_s "
         f"({budget_s:g} s){detail}",
         status_code=info.status_code if info is not None else None,
@@ -61,9 +62,9 @@ def cut_off(err: BaseException, timeout_s: float) -> str | None:
         if cause.type == TimeoutType.HEARTBEAT:
             return WORKER_LOST
         return past_timeout(timeout_s)
-    if isinstance(cause, ApplicationError) and cause.type == "Abandoned":
+    if isinstance(cause, ApplicationError) and cause.type == FailureType.ABANDONED:
         return "its worker stopped while it ran"
-    if isinstance(cause, ApplicationError) and cause.type == "AgentNotRegistered":
+    if isinstance(cause, ApplicationError) and cause.type == FailureType.AGENT_NOT_REGISTERED:
         return None
     return f"it failed outside its handler ({error_info(err).message})"
 
@@ -76,9 +77,7 @@ def error_info(err: BaseException) -> ErrorInfo:
         details = cause.details[0] if cause.details else {}
         status = details.get("status_code") if isinstance(details, dict) else None
         kind = (
-            "APIError"
-            if cause.type in ("ProviderRejected", "ProviderError", "ProviderUnreachable")
-            else cause.type or "Error"
+            ErrorKind.API_ERROR.value if cause.type in PROVIDER_FAILURES else cause.type or "Error"
         )
         return ErrorInfo(type=kind, message=cause.message, status_code=status)
     message = str(cause) if cause is not None else str(err)

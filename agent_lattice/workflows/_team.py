@@ -16,27 +16,26 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from .._mailbox import TeamMessage
     from .._messages import ResultMessage, TeamAgentEvent, TeamMessageEvent
-    from ._children import signal_quietly, start_query
+    from . import _contract as contract
+    from ._children import signal_quietly, start_child, start_query
     from ._types import (
+        AdapterFinished,
+        AdapterWork,
         AgentRunOutput,
         Handoff,
         MailboxMirrorInput,
-        Report,
+        MemberCancelled,
+        MemberFailed,
+        MemberFinished,
+        TeamChild,
         TeamReportInput,
         TeamRunInput,
     )
-
-TEAM_REPORT_ACTIVITY = "lattice.team_report"
-TEAM_MAILBOX_ACTIVITY = "lattice.team_mailbox"
-TEAM_START_ACTIVITY = "lattice.team_start"
-TEAM_ADAPTER_ACTIVITY = "lattice.team_adapter"
 # Runs recorded before this change ended as soon as the lead did (left work stayed open).
 SETTLE_LEFT_WORK = "team-settle-left-work"
 SETTLE_TIMEOUT_S = 120.0
@@ -179,33 +178,20 @@ class TeamWorkflow:
         await self._mirror(handoff)
         try:
             if self._stopping is None:
-                handoff = await workflow.execute_local_activity(
-                    TEAM_START_ACTIVITY,
-                    handoff,
-                    result_type=Handoff,
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(seconds=0.5),
-                        maximum_interval=timedelta(seconds=5),
-                        non_retryable_error_types=["AgentNotRegistered"],
-                    ),
-                    summary=f"team {handoff.team} · start work for {handoff.member}",
+                handoff = await contract.start_work(
+                    handoff, summary=f"team {handoff.team} · start work for {handoff.member}"
                 )
+            work = handoff.work
             if self._stopping is not None:
                 error = f"the team run was stopped ({self._stopping}) before this work started"
                 cancelled = True
-            elif handoff.adapter:
+            elif isinstance(work, AdapterWork):
                 adapter_result = await self._run_adapter(handoff)
             else:
-                assert handoff.child is not None
-                child_input = handoff.child.model_copy(
-                    update={"settings": self._input.lead.settings}
-                )
-                handle = await start_query(
-                    child_input,
-                    handoff.team_child,  # a nested team
-                    id=handoff.workflow_id,
-                    task_queue=handoff.task_queue,
+                assert work is not None
+                handle = await start_child(
+                    work,  # a nested team: its TeamWorkflow
+                    self._input.lead.settings,
                     summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
                 )
                 self._running[handoff.work_item_id] = handle
@@ -215,23 +201,21 @@ class TeamWorkflow:
                 output = await handle
         except (ChildWorkflowError, ActivityError, ApplicationError) as err:
             error = str(err.cause or err)
-            cancelled = self._stopping is not None and handoff.adapter
+            cancelled = self._stopping is not None and isinstance(handoff.work, AdapterWork)
         finally:
             self._running.pop(handoff.work_item_id, None)
             self._adapters.pop(handoff.work_item_id, None)
-        report: Report = await workflow.execute_local_activity(
-            TEAM_REPORT_ACTIVITY,
-            TeamReportInput(
-                handoff=handoff,
-                output=output,
-                adapter_result=adapter_result,
-                error=error,
-                cancelled=cancelled,
-            ),
-            result_type=Report,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(non_retryable_error_types=["AgentNotRegistered"]),
-            summary=f"team {handoff.team} · report from {handoff.member}",
+        ended = (
+            MemberFinished(handoff=handoff, output=output)
+            if output is not None
+            else AdapterFinished(handoff=handoff, adapter_result=adapter_result)
+            if adapter_result is not None
+            else MemberCancelled(handoff=handoff, error=error or "")
+            if cancelled
+            else MemberFailed(handoff=handoff, error=error or "")
+        )
+        report = await contract.report_work(
+            TeamReportInput(ended), summary=f"team {handoff.team} · report from {handoff.member}"
         )
         self._busy.discard(handoff.to_mailbox)
         status = {"completed": "done", "failed": "failed", "cancelled": "cancelled"}[report.status]
@@ -248,16 +232,10 @@ class TeamWorkflow:
     async def _run_adapter(self, handoff: Handoff) -> ResultMessage:
         """A host AgentLike member's work: its ``prompt()`` in a heartbeating activity (run
         once; a run-wide stop cancels it)."""
-        s = self._input.lead.settings
-        call = workflow.start_activity(
-            TEAM_ADAPTER_ACTIVITY,
+        call = contract.start_team_adapter(
             handoff,
-            result_type=ResultMessage,
-            start_to_close_timeout=timedelta(seconds=s.tool_timeout_s),
-            heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
-            retry_policy=RetryPolicy(maximum_attempts=1),
+            contract.adapter_preset(self._input.lead.settings),
             summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         self._adapters[handoff.work_item_id] = call
         self._event_agent(handoff, "started", None)
@@ -269,15 +247,12 @@ class TeamWorkflow:
     async def _mirror(self, handoff: Handoff) -> None:
         """Best effort: the team's own mailbox backend shows the runtime's work too."""
         try:
-            await workflow.execute_local_activity(
-                TEAM_MAILBOX_ACTIVITY,
+            await contract.mirror_mailbox(
                 MailboxMirrorInput(
                     lead_key=handoff.lead_key,
                     lead_session_id=handoff.lead_session_id,
                     message=self._messages[handoff.message_id],
                 ),
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=3),
                 summary=f"team {handoff.team} · mailbox",
             )
         except (ActivityError, ApplicationError) as err:
@@ -321,8 +296,8 @@ class TeamWorkflow:
                 workflow_id=handoff.workflow_id,
                 subtype=subtype,
                 session_id=self._input.lead.session_id,
-                lead_workflow_id=handoff.team_child.lead_workflow_id
-                if handoff.team_child is not None
+                lead_workflow_id=handoff.work.team.lead_workflow_id
+                if isinstance(handoff.work, TeamChild)
                 else None,
             ),
         )

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from .._loop import unknown_tool_result
     from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
+    from . import _contract as contract
+    from ._contract import HOST_FAILURES
     from ._failures import cut_off, did_not_finish, error_info
     from ._types import AgentRunInput, ToolCallInput, ToolCallOutput, ToolResultsHookInput
-
-TOOL_ACTIVITY = "lattice.tool_call"
-HOOKS_ACTIVITY = "lattice.tool_result_hooks"
 
 
 class ToolBatch:
@@ -107,38 +103,13 @@ class ToolBatch:
         # the others answer that they did not finish. (Retry policies are not part of
         # Temporal's determinism check.)
         idempotent = name in input.agent.idempotent_tools
+        preset = contract.tool_preset(s, timeout, cheap=name in input.agent.cheap_tools)
         try:
-            if name in input.agent.cheap_tools:
-                return await workflow.execute_local_activity(
-                    TOOL_ACTIVITY,
-                    call,
-                    result_type=ToolCallOutput,
-                    start_to_close_timeout=timedelta(seconds=timeout),
-                    retry_policy=RetryPolicy(
-                        maximum_attempts=2,
-                        non_retryable_error_types=["AgentNotRegistered", "HookError"],
-                    ),
-                    summary=f"{input.agent.name} · tool {name}",
-                    # an abort waits for a started handler to settle (seeds: Concurrent tools)
-                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                )
-            return await workflow.execute_activity(
-                TOOL_ACTIVITY,
-                call,
-                result_type=ToolCallOutput,
-                start_to_close_timeout=timedelta(seconds=timeout),
-                heartbeat_timeout=timedelta(seconds=s.tool_heartbeat_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=s.retry_initial_s),
-                    maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-                    maximum_attempts=2,
-                    non_retryable_error_types=["AgentNotRegistered", "HookError"],
-                ),
-                summary=f"{input.agent.name} · tool {name}",
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            return await contract.call_tool(
+                call, preset, summary=f"{input.agent.name} · tool {name}"
             )
         except (ActivityError, ApplicationError) as err:
-            if error_info(err).type in ("HookError", "TracerError"):
+            if error_info(err).type in HOST_FAILURES:
                 raise
             if self._aborted:
                 return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
@@ -188,17 +159,14 @@ class ToolBatch:
             for u, o in zip(reply.tool_uses, outcomes, strict=True)
             if u.id in self._made_here
         ]
-        shaped = await workflow.execute_local_activity(
-            HOOKS_ACTIVITY,
+        shaped = await contract.hook_results(
             ToolResultsHookInput(
                 agent_key=input.agent.key,
                 session_id=input.session_id,
                 calls=[u for u, _ in picked],
                 results=[o.block for _, o in picked],
             ),
-            result_type=list[ToolResultBlock],
-            start_to_close_timeout=timedelta(seconds=input.settings.tool_timeout_s),
-            retry_policy=RetryPolicy(non_retryable_error_types=["HookError", "AgentNotRegistered"]),
+            contract.hooks_preset(input.settings),
             summary=f"{input.agent.name} · on_tool_result",
         )
         by_id = {b.tool_use_id: b for b in shaped}

@@ -1,17 +1,29 @@
+# pyright: strict
 """Inputs and outputs of the workflows and activities (one pydantic model per call).
 
 Fields are only ever added at the end with defaults, so histories already recorded keep
-replaying.
+replaying. A payload that is one of several shapes is a discriminated union (a ``kind`` tag);
+the shapes recorded before the tag existed still decode: the variant is inferred from the
+fields that are set.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Discriminator,
+    Field,
+    RootModel,
+    Tag,
+    model_validator,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from .._batches import BatchDecision
 from .._mailbox import TeamMessage
 from .._messages import (
     ContentBlock,
@@ -24,27 +36,39 @@ from .._messages import (
 
 __all__ = [
     "ActivitySettings",
+    "AdapterFinished",
+    "AdapterWork",
+    "AgentChild",
     "AgentRef",
     "AgentRunInput",
     "AgentRunOutput",
+    "CallEnded",
+    "ChildQuery",
     "CompactInput",
     "CompactOutput",
     "CompactionRef",
     "Continuation",
     "DelegateCallInput",
     "DelegatePrepared",
+    "HandedOff",
     "Handoff",
+    "HandoffWork",
     "MailboxMirrorInput",
+    "MemberCancelled",
+    "MemberFailed",
+    "MemberFinished",
     "ModelCallInput",
     "ModelCallOutput",
     "Report",
     "RequestOptions",
+    "TeamChild",
     "TeamReportInput",
     "TeamRunInput",
     "ToolCallInput",
     "ToolCallOutput",
     "ToolResultsHookInput",
     "TraceInput",
+    "TraceItem",
 ]
 
 
@@ -114,7 +138,7 @@ class Continuation(BaseModel):
     """A query's state carried across continue-as-new (the conversation stays by reference)."""
 
     head: str | None
-    unsent: list[ModelMessage] = Field(default_factory=list)
+    unsent: list[ModelMessage] = Field(default_factory=list[ModelMessage])
     turns: int
     new_count: int
     usage: Usage
@@ -143,7 +167,7 @@ class AgentRunInput(BaseModel):
     # by value; a large prompt is in the transcript only (prompt_in_head) and this is a preview
     prompt: str | list[ContentBlock]
     # the conversation before this query, by value: runs started before transcripts (legacy)
-    history: list[ModelMessage] = Field(default_factory=list)
+    history: list[ModelMessage] = Field(default_factory=list[ModelMessage])
     # the transcript head: the conversation so far, this query's prompt included
     head: str | None = None
     prompt_in_head: bool = False
@@ -172,11 +196,11 @@ class AgentRunInput(BaseModel):
 class AgentRunOutput(BaseModel):
     result: ResultMessage
     # legacy runs: the new messages by value
-    new_messages: list[ModelMessage] = Field(default_factory=list)
+    new_messages: list[ModelMessage] = Field(default_factory=list[ModelMessage])
     # the transcript after the run: ``head`` plus ``unsent`` (messages made after the last
     # model request, tool results by reference); the run added the last ``new_count``
     head: str | None = None
-    unsent: list[ModelMessage] = Field(default_factory=list)
+    unsent: list[ModelMessage] = Field(default_factory=list[ModelMessage])
     new_count: int = 0
     # the run compacted the conversation: the transcript replaces the history
     compacted: bool = False
@@ -188,7 +212,7 @@ class ModelCallInput(BaseModel):
     turn: int
     # the transcript: ``head`` (by reference) then ``unsent`` (by value, not yet stored)
     head: str | None = None
-    unsent: list[ModelMessage] = Field(default_factory=list)
+    unsent: list[ModelMessage] = Field(default_factory=list[ModelMessage])
     stream: bool = True
     stream_to: str | None = None
     stream_channel: str | None = None
@@ -209,7 +233,7 @@ class ModelCallOutput(BaseModel):
     # tool_use ids that may run beside others (the agent's concurrency mode applied)
     concurrency_safe: list[str] = Field(default_factory=list)
     # set when the host's batch policy rejected the batch: no call may run
-    batch_rejection: dict[str, Any] | None = None
+    batch_rejection: BatchDecision | None = None
 
 
 class ToolCallInput(BaseModel):
@@ -232,13 +256,22 @@ class ToolResultsHookInput(BaseModel):
     results: list[ToolResultBlock]
 
 
+class TraceItem(BaseModel):
+    """One trace event the workflow produced: its sequence number, kind and data. A large
+    prompt's content is not in ``data`` but read from the transcript (``content_head``)."""
+
+    seq: int
+    type: str
+    data: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
 class TraceInput(BaseModel):
     """Trace events the workflow produces itself (run start, its own results, the result)."""
 
     agent_key: str
     session_id: str
     run_id: str
-    events: list[dict[str, Any]]
+    events: list[TraceItem]
 
 
 class ToolCallOutput(BaseModel):
@@ -251,7 +284,7 @@ class CompactInput(BaseModel):
     agent_key: str
     session_id: str
     head: str | None
-    unsent: list[ModelMessage] = Field(default_factory=list)
+    unsent: list[ModelMessage] = Field(default_factory=list[ModelMessage])
     keep_recent_messages: int
     prompt: str
     timeout_ms: int | None = None
@@ -282,6 +315,42 @@ class TeamRunInput(BaseModel):
     max_concurrent_work_items: int = 1
 
 
+class AgentChild(BaseModel):
+    """A delegated query that runs as the target agent's ``AgentWorkflow``."""
+
+    kind: Literal["agent"] = "agent"
+    child: AgentRunInput
+    workflow_id: str
+    task_queue: str | None = None
+
+
+class TeamChild(BaseModel):
+    """A delegated query whose target leads a team: its ``TeamWorkflow`` runs it (the
+    query is ``team.lead``)."""
+
+    kind: Literal["team"] = "team"
+    # recorded as ``team_child`` before the tag existed (beside a ``child`` equal to its lead)
+    team: TeamRunInput = Field(validation_alias=AliasChoices("team", "team_child"))
+    workflow_id: str
+    task_queue: str | None = None
+
+    @property
+    def child(self) -> AgentRunInput:
+        return self.team.lead
+
+
+ChildQuery = AgentChild | TeamChild
+
+
+class AdapterWork(BaseModel):
+    """A handoff to a host AgentLike member: an activity runs its ``prompt()``."""
+
+    kind: Literal["adapter"] = "adapter"
+
+
+HandoffWork = Annotated[AgentChild | TeamChild | AdapterWork, Field(discriminator="kind")]
+
+
 class Handoff(BaseModel):
     """One accepted handoff: the member work a TeamWorkflow runs for its lead."""
 
@@ -301,15 +370,46 @@ class Handoff(BaseModel):
     task: str
     context: Any = None
     # accepted write grants (the caller's permissions cover them)
-    workspace_grants: list[str] = Field(default_factory=list)
-    # set when the work starts (the member's session as it is then)
-    child: AgentRunInput | None = None
-    workflow_id: str = ""
-    task_queue: str | None = None
-    # the member is a team: its TeamWorkflow runs the work (``child`` is its lead's query)
-    team_child: TeamRunInput | None = None
-    # the member is a host AgentLike: an activity runs the work (no child workflow)
-    adapter: bool = False
+    workspace_grants: list[str] = Field(default_factory=list[str])
+    # set when the work starts: what runs it (the member's session as it is then)
+    work: HandoffWork | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _untagged(cls, data: Any) -> Any:
+        """A handoff recorded before ``work``: ``child``/``workflow_id``/``task_queue``,
+        ``team_child`` (the member is a team) or ``adapter`` (a host AgentLike), flat."""
+        if not isinstance(data, dict) or "work" in data:
+            return data  # pyright: ignore[reportUnknownVariableType]
+        flat: dict[str, Any] = dict(data)  # pyright: ignore[reportUnknownArgumentType]
+        child = flat.pop("child", None)
+        team_child = flat.pop("team_child", None)
+        adapter = flat.pop("adapter", False)
+        workflow_id = flat.pop("workflow_id", "")
+        task_queue = flat.pop("task_queue", None)
+        if adapter:
+            flat["work"] = {"kind": "adapter"}
+        elif team_child is not None:
+            flat["work"] = {
+                "kind": "team",
+                "team": team_child,
+                "workflow_id": workflow_id,
+                "task_queue": task_queue,
+            }
+        elif child is not None:
+            flat["work"] = {
+                "kind": "agent",
+                "child": child,
+                "workflow_id": workflow_id,
+                "task_queue": task_queue,
+            }
+        return flat
+
+    @property
+    def workflow_id(self) -> str:
+        """The member's workflow ("" before the work starts, and for a host AgentLike)."""
+        work = self.work
+        return "" if work is None or isinstance(work, AdapterWork) else work.workflow_id
 
 
 class Report(BaseModel):
@@ -332,22 +432,106 @@ class MailboxMirrorInput(BaseModel):
     message: TeamMessage
 
 
-class TeamReportInput(BaseModel):
+class _ReportOn(BaseModel):
     handoff: Handoff
-    output: AgentRunOutput | None = None
-    adapter_result: ResultMessage | None = None  # what a host AgentLike member answered
-    error: str | None = None
-    cancelled: bool = False  # the run stopped before this work started
 
 
-class DelegatePrepared(BaseModel):
-    # the call ends here (permission denied, invalid input, unsupported mode, busy session),
-    # or, with ``handoff``, this is the receipt and the team runtime runs the work
-    result: ToolCallOutput | None = None
-    handoff: Handoff | None = None
-    # the target is a team: start its TeamWorkflow (``workflow_id``) instead of ``child``
-    team_child: TeamRunInput | None = None
-    # else the child query to start
-    child: AgentRunInput | None = None
-    workflow_id: str | None = None
-    task_queue: str | None = None
+class MemberFinished(_ReportOn):
+    """The member's query ended (its result says how)."""
+
+    kind: Literal["output"] = "output"
+    output: AgentRunOutput
+
+
+class AdapterFinished(_ReportOn):
+    """What a host AgentLike member answered."""
+
+    kind: Literal["adapter_result"] = "adapter_result"
+    adapter_result: ResultMessage
+
+
+class MemberFailed(_ReportOn):
+    """The work could not run, or failed outside the member's query."""
+
+    kind: Literal["error"] = "error"
+    error: str
+
+
+class MemberCancelled(_ReportOn):
+    """The run stopped before this work started (or stopped a host AgentLike's call)."""
+
+    kind: Literal["cancelled"] = "cancelled"
+    error: str
+
+
+def _report_kind(value: Any) -> str:
+    """The variant of a report input; recorded before the tag: the field that is set."""
+    if not isinstance(value, dict):
+        return str(getattr(value, "kind", ""))
+    data: dict[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
+    if "kind" in data:
+        return str(data["kind"])
+    if data.get("output") is not None:
+        return "output"
+    if data.get("adapter_result") is not None:
+        return "adapter_result"
+    return "cancelled" if data.get("cancelled") else "error"
+
+
+class TeamReportInput(
+    RootModel[
+        Annotated[
+            Annotated[MemberFinished, Tag("output")]
+            | Annotated[AdapterFinished, Tag("adapter_result")]
+            | Annotated[MemberFailed, Tag("error")]
+            | Annotated[MemberCancelled, Tag("cancelled")],
+            Discriminator(_report_kind),
+        ]
+    ]
+):
+    """How one work item ended, for its report."""
+
+
+class CallEnded(BaseModel):
+    """The call ends here (permission denied, invalid input, unsupported mode, busy
+    session): ``result`` answers it."""
+
+    kind: Literal["result"] = "result"
+    result: ToolCallOutput
+
+
+class HandedOff(BaseModel):
+    """The team runtime runs the work; ``result`` is the receipt that answers the call now."""
+
+    kind: Literal["handoff"] = "handoff"
+    result: ToolCallOutput
+    handoff: Handoff
+
+
+def _prepared_kind(value: Any) -> str:
+    """The variant of a prepared call; recorded before the tag: the fields that are set."""
+    if not isinstance(value, dict):
+        return str(getattr(value, "kind", ""))
+    data: dict[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
+    if "kind" in data:
+        return str(data["kind"])
+    if data.get("handoff") is not None:
+        return "handoff"
+    if data.get("result") is not None:
+        return "result"
+    return "team" if data.get("team_child") is not None else "agent"
+
+
+class DelegatePrepared(
+    RootModel[
+        Annotated[
+            Annotated[CallEnded, Tag("result")]
+            | Annotated[HandedOff, Tag("handoff")]
+            | Annotated[AgentChild, Tag("agent")]
+            | Annotated[TeamChild, Tag("team")],
+            Discriminator(_prepared_kind),
+        ]
+    ]
+):
+    """An agent tool call after its host code ran: answered here, handed off to the team
+    runtime, or the child query to start."""
