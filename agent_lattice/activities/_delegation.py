@@ -15,6 +15,7 @@ from .._delegation import Delegation
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
 from .._messages import ModelMessage
+from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import run_transcript
 from .._workspace import Boundary
@@ -158,12 +159,14 @@ class DelegationActivities(ActivitiesBase):
         """A live session target is free again, and takes the delegated query's messages."""
         if delegation.kind != "session":
             return
-        child = delegation.target
-        child._run = None
+        session = delegation.target.session
+        session.release()
         if output is None:
             return
         transcript, added, head = await run_transcript(self._transcripts, output)
-        await child._take(added, compacted_to=transcript if output.compacted else None, head=head)
+        await session.absorb(
+            added, compacted_to=transcript if output.compacted else None, head=head
+        )
 
     async def _start_child(
         self,
@@ -180,21 +183,18 @@ class DelegationActivities(ActivitiesBase):
         """The child query of a delegated call, on the target's session as it is now: its
         input, workflow id and task queue (a TeamWorkflow's input when it is a team)."""
         child = delegation.child_agent(session_id=uuid.uuid5(_DELEGATION_NS, seed).hex)
-        if child._run is not None:
+        session = child.session
+        if session.busy:
             return ToolResult(
                 content=f"agent {child.name!r} is busy with another query (one Agent is one "
                 "conversation); try again when it is done",
                 is_error=True,
             )
-        # the session is taken until its result is absorbed; Agent types its run as the
-        # client's QueryRun, and only interrupt() is ever asked of it while it is taken
-        child._run = _DELEGATED  # pyright: ignore[reportAttributeAccessIssue]
-        if not child._loaded and child.config.history_store is not None:
-            child._history = await child.config.history_store.load()
-        child._loaded = True
+        session.reserve()  # taken until its result is absorbed (its parent's run controls it)
+        await session.load()  # from its history store, the first time
         store = self._transcripts
         message = ModelMessage.model_validate({"role": "user", "content": prompt})
-        head = await store.append(await child._transcript_head(store), [message])
+        head = await store.append(await session.transcript_head(store), [message])
         child_queue = child.task_queue
         if "@" in queue and not child.config.task_queue:
             child_queue = f"{child_queue}@{queue.rpartition('@')[2]}"  # this process's workers
@@ -206,14 +206,14 @@ class DelegationActivities(ActivitiesBase):
             stream=False,
             request=request_options(child.config),
             context=context,
-            last_input_tokens=child._last_input_tokens(),
+            last_input_tokens=session.last_input_tokens(),
             workspace_grants=grants,
         )
         bound = self._registry.tracer_of(parent_session)
         if bound is not None:  # the caller's query tracer follows the delegated run
             self._registry.bind_tracer(child.session_id, *bound)
             child_input.traced, child_input.trace_parent = True, trace_parent
-        workflow_id = workflow_id_for(child, child._next_query())
+        workflow_id = workflow_id_for(child, session.next_query())
         inner = delegation.inner_team
         if inner is None:
             return AgentChild(child=child_input, workflow_id=workflow_id, task_queue=child_queue)
@@ -294,22 +294,13 @@ async def _record_ask(lead: Agent, write: Callable[[TeamMailbox], Awaitable[None
     """An ``ask`` to a team member kept as a mailbox message (``processing``, then
     ``done``/``failed`` with its answer). Best effort: the answer reaches the lead even when
     the mailbox cannot be written."""
-    if lead._team is None:
+    team = team_of(lead)
+    if team is None:
         return
     try:
-        await write(lead._team.mailbox)
+        await write(team.mailbox)
     except Exception as err:
         activity.logger.warning("team mailbox not updated for an ask: %s", err)
-
-
-class _Delegated:
-    """Marks a live session taken by a delegated query (its parent's run controls it)."""
-
-    def interrupt(self) -> bool:
-        return False
-
-
-_DELEGATED = _Delegated()
 
 
 def delegation_of(agent: Agent, tool_name: str) -> Delegation:

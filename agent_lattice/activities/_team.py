@@ -3,15 +3,13 @@ the runtime's view of a message mirrored into the team's mailbox."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._delegation import Delegation
 from .._loop import text_of
 from .._messages import ResultMessage, Usage
-from .._team import has_mailbox_tools
+from .._team import Team, has_mailbox_tools, team_of
 from .._tools import ToolResult
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._types import (
@@ -27,9 +25,6 @@ from ..workflows._types import (
 )
 from ._base import heartbeating, quiet_when_abandoned
 from ._delegation import DelegationActivities, delegation_of, mirror
-
-if TYPE_CHECKING:
-    from .._agent import Agent
 
 
 class TeamActivities(DelegationActivities):
@@ -55,7 +50,7 @@ class TeamActivities(DelegationActivities):
             )
             result = delegation.result_of(finished)
             # the member's team_reply to this message, when it sent one, is its report
-            replied = await _reply_to(lead, handoff) if _can_reply(delegation) else None
+            replied = await _reply_to(team_of(lead), handoff) if _can_reply(delegation) else None
             content = replied or text_of(result.content)
             status = "failed" if result.is_error else "completed"
             if finished.subtype in ("interrupted", "error_abort"):
@@ -84,9 +79,10 @@ class TeamActivities(DelegationActivities):
     async def team_mailbox(self, input: MailboxMirrorInput) -> None:
         """Write the runtime's view of one message to the team's mailbox backend (claimed
         work shows as ``processing`` there, so a host's drain never takes it twice)."""
-        lead = self._agent(input.lead_key, input.lead_session_id)
-        if lead._team is not None:
-            await mirror(lead._team.mailbox, input.message)
+        self._agent(input.lead_key, input.lead_session_id)  # raises when not served here
+        team = self._registry.team_of(input.lead_key, input.lead_session_id)
+        if team is not None:
+            await mirror(team.mailbox, input.message)
 
     @activity.defn(name=ActivityName.TEAM_START)
     async def team_start(self, handoff: Handoff) -> Handoff:
@@ -123,12 +119,12 @@ def _can_reply(delegation: Delegation) -> bool:
     return delegation.inner_team is None and has_mailbox_tools(delegation.target)
 
 
-async def _reply_to(lead: Agent, handoff: Handoff) -> str | None:
+async def _reply_to(team: Team | None, handoff: Handoff) -> str | None:
     """The body of the member's ``team_reply`` to a handoff (the last, if several); it is
     delivered to the lead as the report, so it leaves the lead's mailbox as ``done``."""
-    if lead._team is None:
+    if team is None:
         return None
-    mailbox = lead._team.mailbox
+    mailbox = team.mailbox
     try:
         replies = [
             m

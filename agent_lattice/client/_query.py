@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pydantic import TypeAdapter
@@ -56,6 +56,19 @@ FOLLOW_GRACE_S = 10.0
 
 class QueryRun:
     """Drives one ``agent.query()``; :meth:`messages` is the iterator the caller sees."""
+
+    @classmethod
+    def start(
+        cls,
+        agent: Agent,
+        prompt: str | Sequence[Mapping[str, Any]],
+        options: Mapping[str, Any],
+        team: Team | None,
+    ) -> QueryRun:
+        """The client's :class:`~agent_lattice._session.QueryRunner` (registered on import)."""
+        run = cls(agent, prompt, **options)
+        run.team = team
+        return run
 
     def __init__(
         self,
@@ -123,15 +136,16 @@ class QueryRun:
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
         prompt_message = ModelMessage(role="user", content=self.prompt)
-        self.mirror = agent._mirror()
+        session = agent.session
+        self.mirror = session.mirror()
         if self.mirror is not None:
             # the prompt lands as the query starts; a store bound to fail that fails here
             # raises before any run (or model spend) begins
             await self.mirror.add(prompt_message)
-        self.workflow_id = workflow_id_for(agent, agent._next_query())
+        self.workflow_id = workflow_id_for(agent, session.next_query())
         # The conversation travels by reference: the workflow gets the transcript's head.
         store = runtime.transcripts
-        head = await store.append(await agent._transcript_head(store), [prompt_message])
+        head = await store.append(await session.transcript_head(store), [prompt_message])
         prompt_json = json.dumps(prompt_message.to_wire()["content"], ensure_ascii=False)
         large = len(prompt_json) > _settings.inline_limit()
         run_input = AgentRunInput(
@@ -142,7 +156,7 @@ class QueryRun:
             else self.prompt,
             head=head,
             prompt_in_head=large,
-            last_input_tokens=agent._last_input_tokens(),
+            last_input_tokens=session.last_input_tokens(),
             stream=self.stream,
             stream_to=stream_to,
             stream_channel=channel,
@@ -196,17 +210,13 @@ class QueryRun:
         if self._interrupt_requested:
             self._send_interrupt()
 
-    async def result(
-        self, on_done: Callable[[list[ModelMessage]], Awaitable[None]]
-    ) -> ResultMessage:
+    async def result(self) -> ResultMessage:
         """Run to the end without following the messages (what ``prompt()`` needs): no
         subscription and no live channel, just the workflow's result."""
         new_messages: list[ModelMessage] = []
         follower: asyncio.Task[None] | None = None
         try:
-            runtime = self._runtime or self.agent._runtime or await get_default_runtime()
-            await self.agent._prepare(runtime)
-            await runtime.ensure_worker(self.agent)
+            runtime = await self._prepared_runtime()
             await self._start(runtime, None, None)
             if self.mirror is not None:
                 # nothing is streamed to the caller, but the store gets each message as it
@@ -237,17 +247,15 @@ class QueryRun:
             self._done = True
             if self._traced_on is not None:  # the query's tracer leaves with it
                 self._traced_on.release_query_tracers(self.workflow_id)
-            await on_done(new_messages)
+            await self._finish(new_messages)
             for task in self._signals:
                 with contextlib.suppress(Exception):
                     await task
 
-    async def messages(
-        self, on_done: Callable[[list[ModelMessage]], Awaitable[None]]
-    ) -> AsyncIterator[SDKMessage]:
+    async def messages(self) -> AsyncIterator[SDKMessage]:
         new_messages: list[ModelMessage] = []
         try:
-            runtime = self._runtime or self.agent._runtime or await get_default_runtime()
+            runtime = self._runtime or self.agent.runtime or await get_default_runtime()
             # aclosing: when the caller stops early, the inner run must finish its clean-up
             # (ending the workflow, collecting completed turns) before on_done sees them.
             async with contextlib.aclosing(self._run(runtime, new_messages)) as run:
@@ -257,13 +265,38 @@ class QueryRun:
             self._done = True
             if self._traced_on is not None:  # the query's tracer leaves with it
                 self._traced_on.release_query_tracers(self.workflow_id)
-            await on_done(new_messages)
+            await self._finish(new_messages)
+
+    async def _prepared_runtime(self) -> Runtime:
+        """The runtime the query runs on, with the session loaded (before the first query:
+        from its history store, else from what Temporal holds of an earlier session) and
+        the agent served."""
+        runtime = self._runtime or self.agent.runtime or await get_default_runtime()
+        await self._load_session(runtime)
+        await runtime.ensure_worker(self.agent)
+        return runtime
+
+    async def _load_session(self, runtime: Runtime) -> None:
+        session = self.agent.session
+        if not session.loaded:
+            agent = self.agent
+            await session.load(
+                await runtime.session_state(agent.name, agent.session_id, agent=agent)
+            )
+
+    async def _finish(self, new_messages: list[ModelMessage]) -> None:
+        """The session is free again and holds the query's messages."""
+        session = self.agent.session
+        session.release()
+        await session.absorb(
+            new_messages, compacted_to=self.transcript, head=self.final_head, mirror=self.mirror
+        )
 
     async def _run(
         self, runtime: Runtime, new_messages: list[ModelMessage]
     ) -> AsyncGenerator[SDKMessage, None]:
         agent = self.agent
-        await agent._prepare(runtime)
+        await self._load_session(runtime)
         await runtime.ensure_worker(agent)
         merge = Merge()
         session_id = agent.session_id
