@@ -1,15 +1,13 @@
 """Which files a Bash command writes, read from the command before it runs.
 
-The command is parsed with tree-sitter-bash, not bashlex: bashlex raises NotImplementedError on
-``case``, ``[[ ]]``, ``$(( ))``, arrays and ``time``, which model-written commands use all the
-time, so "refuse what cannot be parsed" would refuse ordinary work. The reader follows the
-working directory through ``cd``/``pushd``/``popd`` (every directory a ``cd`` may leave the
-shell in, since a ``cd`` can fail), expands the variables the command assigns (every value a
-variable may hold) and the environment it runs with, and knows where the common writers put
-files (redirections, ``cp``/``mv``/``ln``/``tee``/``tar``/``curl``/``wget``/``git clone``/
-``rsync``/``find -exec``/``xargs``/...). What it cannot tell — a computed path, ``eval`` of a
-computed string, arguments arriving on stdin, a parse error — is reported as unsure, and the
-caller decides (refused without an OS sandbox, left to the kernel with one).
+Parsed with tree-sitter-bash, not bashlex (which raises NotImplementedError on ``case``, ``[[ ]]``,
+``$(( ))``, arrays and ``time``, all common in model-written commands). The reader follows the
+working directory through ``cd``/``pushd``/``popd`` (every directory a ``cd`` may leave the shell
+in), expands the variables the command assigns (every value one may hold) and its environment,
+and knows where the common writers put files (redirections, ``cp``/``mv``/``ln``/``tee``/``tar``/
+``curl``/``wget``/``git clone``/``rsync``/``find -exec``/``xargs``/...). What it cannot tell — a
+computed path, ``eval`` of a computed string, arguments on stdin, a parse error — is reported as
+unsure, and the caller decides (refused without an OS sandbox, left to the kernel with one).
 """
 
 from __future__ import annotations
@@ -55,12 +53,8 @@ class _State:
     oldpwd: set[str | None] = field(default_factory=lambda: {None})
 
     def copy(self) -> _State:
-        return _State(
-            set(self.cwds),
-            {k: set(v) for k, v in self.variables.items()},
-            [set(s) for s in self.stack],
-            set(self.oldpwd),
-        )
+        variables = {k: set(v) for k, v in self.variables.items()}
+        return _State(set(self.cwds), variables, [set(s) for s in self.stack], set(self.oldpwd))
 
 
 def bash_write_targets(command: str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -160,34 +154,14 @@ class _Reader:
         if kind == "command":
             self.command(node, state, depth)
         elif kind == "redirected_statement":
-            body = node.child_by_field_name("body")
-            redirects = node.children_by_field_name("redirect")
-            if body is None or body.type == "command":
-                self.redirects(redirects, state, depth)
-            if body is not None:
-                self.statement(body, state, depth)
-                if body.type != "command":  # tree-sitter hangs `a && b > f`'s redirect on
-                    self.redirects(redirects, state, depth)  # the list: it is b's, after a
+            self.redirected(node, state, depth)
         elif kind == "pipeline":
             for child in node.named_children:  # each part runs in a subshell of its own
                 self.statement(child, state.copy(), depth)
-        elif kind == "variable_assignment":
-            self.assign(node, state, depth)
-        elif kind == "declaration_command":
-            for child in node.named_children:
-                if child.type == "variable_assignment":
-                    self.assign(child, state, depth)
-        elif kind == "unset_command":
-            for child in node.named_children[1:]:
-                state.variables.pop(_text(child), None)
+        elif kind in ("variable_assignment", "declaration_command", "unset_command"):
+            self.variables(node, state, depth)
         elif kind == "function_definition":
-            name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
-            if name is not None and body is not None:
-                self.functions[_text(name)] = body
-                # also read now: bash may call it by a computed name, or on its own
-                # (command_not_found_handle), where no call of it is seen
-                if depth < _MAX_DEPTH:
-                    self.statement(body, state.copy(), depth + 1)
+            self.function(node, state, depth)
         elif kind in ("for_statement", "while_statement", "c_style_for_statement"):
             self.loop(node, state, depth)
         elif kind in _FILE_REDIRECTS:
@@ -196,6 +170,31 @@ class _Reader:
             inner = state.copy() if kind == "subshell" else state  # its cd holds in it only
             for child in node.named_children:
                 self.statement(child, inner, depth)
+
+    def redirected(self, node: Node, state: _State, depth: int) -> None:
+        body, redirects = node.child_by_field_name("body"), node.children_by_field_name("redirect")
+        if body is None or body.type == "command":
+            self.redirects(redirects, state, depth)
+        if body is not None:
+            self.statement(body, state, depth)
+            if body.type != "command":  # tree-sitter hangs `a && b > f`'s redirect on the
+                self.redirects(redirects, state, depth)  # list: it is b's, after a
+
+    def variables(self, node: Node, state: _State, depth: int) -> None:
+        if node.type == "unset_command":
+            for child in node.named_children[1:]:
+                state.variables.pop(_text(child), None)
+        for child in [node] if node.type == "variable_assignment" else node.named_children:
+            if child.type == "variable_assignment":
+                self.assign(child, state, depth)
+
+    def function(self, node: Node, state: _State, depth: int) -> None:
+        name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
+        if name is not None and body is not None:
+            self.functions[_text(name)] = body
+            # read now too: bash may call it by a computed name, or as command_not_found_handle
+            if depth < _MAX_DEPTH:
+                self.statement(body, state.copy(), depth + 1)
 
     def loop(self, node: Node, state: _State, depth: int) -> None:
         variable = node.child_by_field_name("variable")

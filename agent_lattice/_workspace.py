@@ -344,19 +344,7 @@ def _tools(base: Boundary, shell: ShellSettings) -> list[ToolDefinition[object]]
         return await grep_files(_resolve(input.path or ".", b.cwd), input)
 
     async def bash(input: BashInput, ctx: ToolContext) -> ToolResult:
-        b = boundary(ctx)
-        env = shell_environment(os.environ, shell)
-        words, refused = await jail(shell, cwd=b.cwd, roots=b.roots)
-        if refused is not None:
-            return ToolResult(content=refused, is_error=True)
-        if words is not None:
-            env = sandbox_environment(env, shell)
-        reading = read_command(input.command, env=env, base=b.cwd)
-        denied = b.bash_denial(reading, sandboxed=words is not None)
-        if denied is not None:
-            return denied
-        timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
-        return await run_command(input.command, cwd=b.cwd, env=env, timeout=timeout, jail=words)
+        return await _bash(input, boundary(ctx), shell)
 
     return [
         tool(
@@ -400,6 +388,22 @@ def _tools(base: Boundary, shell: ShellSettings) -> list[ToolDefinition[object]]
             bash,
         ),
     ]
+
+
+async def _bash(input: BashInput, b: Boundary, shell: ShellSettings) -> ToolResult:
+    """Bash: in the OS sandbox when there is one; the command's writes read first."""
+    env = shell_environment(os.environ, shell)
+    words, refused = await jail(shell, cwd=b.cwd, roots=b.roots)
+    if refused is not None:
+        return ToolResult(content=refused, is_error=True)
+    if words is not None:
+        env = sandbox_environment(env, shell)
+    reading = read_command(input.command, env=env, base=b.cwd)
+    denied = b.bash_denial(reading, sandboxed=words is not None)
+    if denied is not None:
+        return denied
+    timeout = min(input.timeout or BASH_TIMEOUT_S, BASH_MAX_TIMEOUT_S)
+    return await run_command(input.command, cwd=b.cwd, env=env, timeout=timeout, jail=words)
 
 
 def _read(path: Path, input: ReadInput) -> ToolResult:

@@ -154,9 +154,13 @@ class FakeAnthropicServer:
         url = self.base_url if self._httpd is not None else "not started"
         return f"<FakeAnthropicServer {url} requests={len(self.requests)}>"
 
-    # -- called from request threads
+    # -- the request handler's side (called from request threads)
 
-    def _record(self, body: dict[str, Any], headers: dict[str, str], path: str) -> RecordedRequest:
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def record(self, body: dict[str, Any], headers: dict[str, str], path: str) -> RecordedRequest:
         with self._lock:
             request = RecordedRequest(
                 body=body, headers=headers, path=path, index=len(self.requests)
@@ -164,7 +168,7 @@ class FakeAnthropicServer:
             self.requests.append(request)
         return request
 
-    def _reply_for(self, request: RecordedRequest) -> Reply:
+    def reply_for(self, request: RecordedRequest) -> Reply:
         try:
             reply = self._handler(request)
             if not isinstance(reply, Reply):
@@ -179,19 +183,19 @@ class FakeAnthropicServer:
             return error(500, f"Fake server handler raised {type(exc).__name__}: {exc}")
         return reply
 
-    def _next_request_id(self) -> str:
+    def next_request_id(self) -> str:
         with self._lock:
             self._request_ids += 1
             return f"req_fake_{self._request_ids:06d}"
 
-    def _track(self, conn: socket.socket, add: bool) -> None:
+    def track_connection(self, conn: socket.socket, add: bool) -> None:
         with self._lock:
             if add:
                 self._connections.add(conn)
             else:
                 self._connections.discard(conn)
 
-    def _sleep(self, seconds: float) -> bool:
+    def sleep_unless_stopping(self, seconds: float) -> bool:
         """Sleep unless stopping; False if the server is stopping."""
         return not self._stopping.wait(seconds)
 
@@ -217,13 +221,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.server.fake._track(self.connection, add=True)
+        self.server.fake.track_connection(self.connection, add=True)
 
     def finish(self) -> None:
         try:
             super().finish()
         finally:
-            self.server.fake._track(self.connection, add=False)
+            self.server.fake.track_connection(self.connection, add=False)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -247,7 +251,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         fake = self.server.fake
-        self.request_id = fake._next_request_id()
+        self.request_id = fake.next_request_id()
         raw = self._read_body()
         if method != "POST" or urlsplit(self.path).path.rstrip("/") != "/v1/messages":
             self._send_error("not_found_error", f"Not found: {method} {self.path}", 404)
@@ -264,8 +268,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         for name, value in self.headers.items():
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        request = fake._record(body, headers, self.path)
-        reply = fake._reply_for(request)
+        request = fake.record(body, headers, self.path)
+        reply = fake.reply_for(request)
         try:
             self._render(request, reply)
         except OSError:
@@ -289,7 +293,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._hang(reply.hang_seconds)
             return
         if (not request.stream or reply.status != 200) and reply.delay > 0:
-            if not fake._sleep(reply.delay):
+            if not fake.sleep_unless_stopping(reply.delay):
                 self._drop()
                 return
         if reply.status != 200:
@@ -329,7 +333,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_header("request-id", self.request_id)
         self.end_headers()
         for name, data in events:
-            if reply.delay > 0 and not fake._sleep(reply.delay):
+            if reply.delay > 0 and not fake.sleep_unless_stopping(reply.delay):
                 self._drop()
                 return
             payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
@@ -342,14 +346,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _hang(self, seconds: float) -> None:
         fake = self.server.fake
         deadline = time.monotonic() + seconds
-        while (remaining := deadline - time.monotonic()) > 0 and not fake._stopping.is_set():
+        while (remaining := deadline - time.monotonic()) > 0 and not fake.stopping:
             try:
                 readable, _, _ = select.select([self.connection], [], [], min(remaining, 0.1))
                 if readable and not self.connection.recv(1, socket.MSG_PEEK):
                     break  # the client closed the connection
             except (OSError, ValueError):
                 break
-            if readable and not fake._sleep(min(remaining, 0.1)):
+            if readable and not fake.sleep_unless_stopping(min(remaining, 0.1)):
                 break
         self._drop()
 
