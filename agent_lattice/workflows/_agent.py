@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
@@ -48,27 +46,24 @@ with workflow.unsafe.imports_passed_through():
         Started,
         next_step,
     )
+    from . import _contract as contract
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
     from ._tool_batch import ToolBatch
     from ._types import (
-        ActivitySettings,
         AgentRunInput,
         AgentRunOutput,
         CompactInput,
-        CompactOutput,
         Continuation,
         ModelCallInput,
         ModelCallOutput,
         Report,
         ToolCallOutput,
         TraceInput,
+        TraceItem,
     )
 
 MESSAGES_TOPIC = "messages"
-MODEL_ACTIVITY = "lattice.model_request"
-TRACE_ACTIVITY = "lattice.trace"
-COMPACT_ACTIVITY = "lattice.compact"
 # durable messages a run hands to its continuation (readers further behind re-read the record)
 STREAM_KEPT_ON_CONTINUE = 200
 
@@ -363,8 +358,7 @@ class AgentWorkflow(ToolBatch, Delegating):
         compaction = input.agent.compaction
         assert compaction is not None
         try:
-            out: CompactOutput = await workflow.execute_activity(
-                COMPACT_ACTIVITY,
+            out = await contract.compact(
                 CompactInput(
                     agent_key=input.agent.key,
                     session_id=input.session_id,
@@ -374,11 +368,7 @@ class AgentWorkflow(ToolBatch, Delegating):
                     prompt=compaction.prompt,
                     timeout_ms=input.request.timeout_ms,
                 ),
-                result_type=CompactOutput,
-                start_to_close_timeout=timedelta(seconds=s.model_timeout_s),
-                heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
-                schedule_to_close_timeout=timedelta(seconds=s.model_give_up_s),
-                retry_policy=_model_retries(s, "CompactionFailed", "RequestTimeout"),
+                contract.compaction_preset(s),
                 summary=f"{input.agent.name} · compaction",
             )
         except (ActivityError, ApplicationError, CancelledError, asyncio.CancelledError):
@@ -405,8 +395,7 @@ class AgentWorkflow(ToolBatch, Delegating):
     async def _request_model(self) -> ModelCallOutput:
         input, s = self._input, self._input.settings
         self._model_call = asyncio.ensure_future(
-            workflow.execute_activity(
-                MODEL_ACTIVITY,
+            contract.request_model(
                 ModelCallInput(
                     agent_key=input.agent.key,
                     session_id=input.session_id,
@@ -423,16 +412,7 @@ class AgentWorkflow(ToolBatch, Delegating):
                     unreachable_give_up_s=s.model_unreachable_give_up_s,
                     retry_initial_s=s.retry_initial_s,
                 ),
-                result_type=ModelCallOutput,
-                start_to_close_timeout=timedelta(
-                    seconds=s.model_timeout_s
-                    if input.request.timeout_ms is None
-                    # the activity enforces the deadline itself; this bounds a stuck worker
-                    else input.request.timeout_ms / 1000 + s.model_heartbeat_s
-                ),
-                heartbeat_timeout=timedelta(seconds=s.model_heartbeat_s),
-                schedule_to_close_timeout=timedelta(seconds=s.model_give_up_s),
-                retry_policy=_model_retries(s, "HookError"),
+                contract.model_preset(s, input.request.timeout_ms),
                 summary=f"{input.agent.name} · {input.agent.model} · turn {self._turns}",
             )
         )
@@ -456,19 +436,14 @@ class AgentWorkflow(ToolBatch, Delegating):
         input = self._input
         if not self._traced or not events:
             return
-        await workflow.execute_local_activity(
-            TRACE_ACTIVITY,
+        await contract.trace(
             TraceInput(
                 agent_key=input.agent.key,
                 session_id=input.session_id,
                 run_id=workflow.info().run_id,
                 events=[
-                    {"seq": self._seq_block(1), "type": kind, "data": data} for kind, data in events
+                    TraceItem(seq=self._seq_block(1), type=kind, data=data) for kind, data in events
                 ],
-            ),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(
-                non_retryable_error_types=["TracerError", "AgentNotRegistered"]
             ),
             summary=f"{input.agent.name} · trace",
         )
@@ -535,13 +510,3 @@ class AgentWorkflow(ToolBatch, Delegating):
             new_count=self._new_count,
             compacted=self._compacted,
         )
-
-
-def _model_retries(s: ActivitySettings, *non_retryable: str) -> RetryPolicy:
-    """Retries of a model call: Temporal owns them (the provider client's are off)."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=s.retry_initial_s),
-        maximum_interval=timedelta(seconds=s.retry_max_interval_s),
-        maximum_attempts=s.model_max_attempts,
-        non_retryable_error_types=["ProviderRejected", "AgentNotRegistered", *non_retryable],
-    )
