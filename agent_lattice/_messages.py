@@ -7,6 +7,7 @@ features) are kept as :class:`OtherBlock` with every field preserved, never drop
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -16,6 +17,7 @@ __all__ = [
     "AssistantMessage",
     "ContentBlock",
     "ErrorInfo",
+    "ErrorKind",
     "ModelMessage",
     "OtherBlock",
     "RedactedThinkingBlock",
@@ -225,6 +227,18 @@ ResultSubtype = Literal[
 ]
 
 
+class ErrorKind(StrEnum):
+    """``ErrorInfo.type`` of an error result the loop makes itself (a failed activity's own
+    type is its failure type); each names the error ``raise_for_error`` raises."""
+
+    API_ERROR = "APIError"
+    TIMEOUT = "TimeoutError"
+    MAX_TURNS = "MaxTurnsError"
+    MISSING_OUTPUT = "MissingOutputError"
+    ABORT = "AbortError"
+    RUN_ERROR = "AgentRunError"
+
+
 class ErrorInfo(BaseModel):
     """What went wrong, for error results: the error class name, message and HTTP status."""
 
@@ -258,8 +272,8 @@ class ResultMessage(BaseModel):
 
         if not self.is_error:
             return self
-        info = self.error or ErrorInfo(type="AgentRunError", message=self.subtype)
-        if info.type == "APIError":
+        info = self.error or ErrorInfo(type=ErrorKind.RUN_ERROR, message=self.subtype)
+        if info.type == ErrorKind.API_ERROR:
             raise _errors.APIError(info.message, status_code=info.status_code)
         by_subtype: dict[str, type[_errors.AgentRunError]] = {
             "error_max_turns": _errors.MaxTurnsError,

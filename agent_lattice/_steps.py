@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ._batches import BatchDecision
 from ._compaction import is_context_overflow
 from ._loop import batch_rejection, rejected_results, truncated_results
-from ._messages import ErrorInfo, ModelMessage, ResultSubtype, ToolResultBlock, Usage
+from ._messages import ErrorInfo, ErrorKind, ModelMessage, ResultSubtype, ToolResultBlock, Usage
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
 CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 
 ABORTED = ErrorInfo(
-    type="AbortError", message="the query was aborted (cancelled or past its deadline)"
+    type=ErrorKind.ABORT, message="the query was aborted (cancelled or past its deadline)"
 )
 
 
@@ -199,7 +199,7 @@ def _turn(state: LoopState) -> Step:
         return Finish(
             "error_max_turns",
             error=ErrorInfo(
-                type="MaxTurnsError",
+                type=ErrorKind.MAX_TURNS,
                 message=f"reached max_turns ({state.max_turns}) without a final answer",
             ),
             state=state,
@@ -242,7 +242,7 @@ def _reply(state: LoopState, event: ModelReplied) -> Step:
             return Finish(
                 "error_missing_output",
                 error=ErrorInfo(
-                    type="MissingOutputError",
+                    type=ErrorKind.MISSING_OUTPUT,
                     message=f"the run ended without calling {SUBMIT_OUTPUT_TOOL_NAME}",
                 ),
                 state=state,
@@ -263,7 +263,7 @@ def _on_failure(state: LoopState, event: ModelFailed) -> Step:
         return Finish("interrupted", state=state)
     info = event.error
     if (
-        info.type == "APIError"
+        info.type == ErrorKind.API_ERROR
         and is_context_overflow(info.status_code, info.message)
         and _can_recover(state)
     ):
@@ -272,10 +272,8 @@ def _on_failure(state: LoopState, event: ModelFailed) -> Step:
 
 
 def _failed(state: LoopState, info: ErrorInfo) -> Finish:
-    if info.type == "RequestTimeout":
-        return Finish(
-            "error_timeout", error=info.model_copy(update={"type": "TimeoutError"}), state=state
-        )
+    if info.type == ErrorKind.TIMEOUT:  # the request ran past request_timeout_ms
+        return Finish("error_timeout", error=info, state=state)
     return Finish("error_during_execution", error=info, state=state)
 
 

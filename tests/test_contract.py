@@ -294,6 +294,8 @@ def test_the_error_mapping_handles_every_failure_type(failure):
     if failure in PROVIDER_FAILURES:
         assert info.type == ErrorKind.API_ERROR
         assert info.status_code == 529
+    elif failure == FailureType.REQUEST_TIMEOUT:
+        assert info.type == ErrorKind.TIMEOUT  # the query ends with error_timeout
     else:
         assert info.type == failure.value
     assert info.message == "it failed"

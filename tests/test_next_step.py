@@ -294,7 +294,7 @@ def test_submit_output_beside_other_calls_rejects_the_whole_batch():
 
 def test_a_request_past_its_timeout_is_error_timeout():
     state = replace(STATE, turns=1, turns_this_run=1)
-    failed = ModelFailed(ErrorInfo(type="RequestTimeout", message="no answer within 5 s"))
+    failed = ModelFailed(ErrorInfo(type="TimeoutError", message="no answer within 5 s"))
     assert next_step(state, failed) == Finish(
         "error_timeout",
         error=ErrorInfo(type="TimeoutError", message="no answer within 5 s"),

@@ -19,7 +19,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
-from .._messages import ResultMessage, ToolResultBlock
+# ErrorKind (the types of the error results a failure maps to) lives beside ErrorInfo: the
+# loop's pure decisions read it too
+from .._messages import ErrorKind, ResultMessage, ToolResultBlock
 from ._types import (
     ActivitySettings,
     CompactInput,
@@ -109,17 +111,6 @@ class FailureType(StrEnum):
     COMPACTION_FAILED = "CompactionFailed"
     # a team member's session is busy with another query (the start is retried)
     MEMBER_BUSY = "MemberBusy"
-
-
-class ErrorKind(StrEnum):
-    """``ErrorInfo.type`` of an error result the workflow makes (besides a failure's own
-    type); each names the error ``raise_for_error`` raises."""
-
-    API_ERROR = "APIError"
-    TIMEOUT = "TimeoutError"
-    MAX_TURNS = "MaxTurnsError"
-    MISSING_OUTPUT = "MissingOutputError"
-    ABORT = "AbortError"
 
 
 # host code failed: the query stops (such a failure never becomes a tool result)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from .._messages import ErrorInfo
-from ._contract import PROVIDER_FAILURES, ErrorKind, FailureType
+from .._messages import ErrorInfo, ErrorKind
+from ._contract import PROVIDER_FAILURES, FailureType
 
 __all__ = ["WORKER_LOST", "cut_off", "did_not_finish", "error_info", "gave_up", "past_timeout"]
 
@@ -77,7 +77,12 @@ def error_info(err: BaseException) -> ErrorInfo:
         details = cause.details[0] if cause.details else {}
         status = details.get("status_code") if isinstance(details, dict) else None
         kind = (
-            ErrorKind.API_ERROR.value if cause.type in PROVIDER_FAILURES else cause.type or "Error"
+            ErrorKind.API_ERROR.value
+            if cause.type in PROVIDER_FAILURES
+            # the request ran past request_timeout_ms: the query ends with error_timeout
+            else ErrorKind.TIMEOUT.value
+            if cause.type == FailureType.REQUEST_TIMEOUT
+            else cause.type or "Error"
         )
         return ErrorInfo(type=kind, message=cause.message, status_code=status)
     message = str(cause) if cause is not None else str(err)
