@@ -76,7 +76,7 @@ def _roundtrip(value: Any, type_: type) -> Any:
     return decoded
 
 
-def _recorded_payloads() -> list[dict[str, Any]]:
+def _recorded_payloads(under: Path = HISTORIES) -> list[dict[str, Any]]:
     """Every JSON object payload in the committed histories (inputs, results, signals)."""
     found: list[dict[str, Any]] = []
 
@@ -96,7 +96,7 @@ def _recorded_payloads() -> list[dict[str, Any]]:
             for child in node:
                 walk(child)
 
-    for path in sorted(HISTORIES.rglob("*.json")):
+    for path in sorted(under.rglob("*.json")):
         walk(json.loads(path.read_text()))
     return found
 
@@ -471,3 +471,19 @@ def test_tagged_shapes_round_trip_through_the_converter():
     assert _roundtrip(out, ModelCallOutput) == out
     hooks = [ToolResultBlock(tool_use_id="a", content="x")]
     assert _roundtrip(hooks, list[ToolResultBlock]) == hooks
+
+
+def test_a_recorded_set_holds_the_tagged_shapes():
+    """tests/histories/tagged-payloads was recorded with the tags (it replays beside the
+    histories recorded before them)."""
+    payloads = _recorded_payloads(HISTORIES / "tagged-payloads")
+    prepared = [p for p in payloads if "kind" in p and {"result", "child", "team"} & p.keys()]
+    tags = {p["kind"] for p in prepared}
+    assert {"handoff", "agent"} <= tags
+    works = {p["work"]["kind"] for p in payloads if isinstance(p.get("work"), dict)}
+    assert {"agent", "adapter"} <= works
+    for p in prepared:
+        assert DelegatePrepared.model_validate(p).root.kind == p["kind"]
+    for p in payloads:
+        if isinstance(p.get("work"), dict):
+            assert Handoff.model_validate(p).work is not None
