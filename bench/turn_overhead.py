@@ -63,11 +63,12 @@ from agent_lattice.providers import ModelRequest
 from agent_lattice.worker._plugin import LatticePlugin
 from agent_lattice.worker._registry import AgentRegistry
 from agent_lattice.workflows import AgentWorkflow
+from agent_lattice.workflows._contract import ActivityName
 from agent_lattice.workflows._refs import agent_ref, workflow_id_for
 from agent_lattice.workflows._types import ActivitySettings, AgentRunInput
 
-MODEL_ACTIVITY = "lattice.model_request"
-TOOL_ACTIVITY = "lattice.tool_call"
+MODEL_ACTIVITY = ActivityName.MODEL_REQUEST.value
+TOOL_ACTIVITY = ActivityName.TOOL_CALL.value
 RPS_1000 = "history.transferProcessorMaxPollRPS=1000"
 EAGER = "system.enableActivityEagerExecution=true"
 WAL = ("journal_mode=WAL", "synchronous=NORMAL")
