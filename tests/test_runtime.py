@@ -68,3 +68,40 @@ async def test_a_bad_tool_threads_is_refused_when_the_runtime_is_built(
     with pytest.raises(ConfigurationError) as caught:  # before connecting to anything
         await Runtime.connect(lattice_server, tool_threads=tool_threads, quiet=True)
     assert str(caught.value) == refused
+
+
+async def test_one_plugin_wires_the_client_every_worker_and_the_mailbox_worker(
+    lattice_server, task_queue_prefix, fake_anthropic
+):
+    """Runtime.connect's client carries a LatticePlugin; create_worker and
+    create_mailbox_worker on that client, and on a plain client, are wired by it (with no
+    plugin registered twice: the SDK's warning is an error in this suite)."""
+    import asyncio
+    import uuid
+
+    from temporalio.client import Client
+
+    from agent_lattice import LatticePlugin, TeamMessage, create_bare_agent, create_worker
+    from agent_lattice.client import create_workflow_mailbox
+    from agent_lattice.worker._plugin import create_mailbox_worker
+
+    runtime = await Runtime.connect(lattice_server, inline_workers=False, quiet=True)
+    plain = await Client.connect(lattice_server)
+    try:
+        assert [type(p) for p in runtime.client.config()["plugins"]] == [LatticePlugin]
+        fake_anthropic.set_handler(Script(text("served by create_worker")))
+        agent = create_bare_agent(
+            api_key=API_KEY, base_url=fake_anthropic.base_url, model="m", name="wired"
+        )
+        worker = create_worker(runtime.client, [agent], task_queue=agent.task_queue)
+        for client in (runtime.client, plain):
+            mailbox_worker = create_mailbox_worker(client)
+            box = create_workflow_mailbox(f"wired-{uuid.uuid4().hex[:6]}", runtime=runtime)
+            async with mailbox_worker:
+                await box.send(TeamMessage(from_mailbox="w::lead", to_mailbox="w::a", body="x"))
+                assert [m.body for m in await box.inbox("w::a")] == ["x"]
+        async with worker:
+            result = await asyncio.wait_for(agent.prompt("hi", runtime=runtime), 60)
+        assert result.result == "served by create_worker"
+    finally:
+        await runtime.close()

@@ -31,10 +31,9 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError
-from temporalio.worker import Worker
 
 from .._errors import ConcurrentQueryError
-from ..worker._plugin import LatticePlugin, process_identity
+from ..worker._plugin import LatticePlugin, lattice_worker, process_identity
 from ..worker._registry import AgentRegistry
 from ..workflows._types import AgentRunInput
 from ._server import pid_alive
@@ -312,10 +311,10 @@ async def serving(
     a run whose definition it does not have."""
     no_activities = set(workflow_only)
     workers = [
-        Worker(
+        lattice_worker(
             client,
             task_queue=queue,
-            plugins=[LatticePlugin(registry)],
+            plugin=LatticePlugin(registry),
             sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
             no_remote_activities=queue in no_activities,
         )

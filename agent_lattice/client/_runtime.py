@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.runtime import LoggingConfig, TelemetryConfig, TelemetryFilter
 from temporalio.runtime import Runtime as TemporalRuntime
@@ -41,7 +40,7 @@ from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
-from ..worker._plugin import LatticePlugin, create_mailbox_worker
+from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
 from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
@@ -200,7 +199,7 @@ class Runtime:
             namespace=namespace,
             api_key=api_key,
             tls=bool(api_key),
-            data_converter=pydantic_data_converter,
+            plugins=[LatticePlugin()],  # the converter; workers made from it inherit it
             runtime=_temporal_runtime(),
         )
         runtime = cls(
@@ -238,10 +237,10 @@ class Runtime:
             async with self._lock:
                 if queue in self._workers:
                     continue
-                worker = Worker(
+                worker = lattice_worker(
                     self.client,
                     task_queue=queue,
-                    plugins=[LatticePlugin(self._registry, tool_threads=self.tool_threads)],
+                    plugin=LatticePlugin(self._registry, tool_threads=self.tool_threads),
                     # when this process dies, an adopter gets its runs' next tasks soon
                     sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
                 )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from temporalio.client import Client
@@ -58,13 +59,14 @@ def process_identity(pid: int | None = None) -> str:
 class LatticePlugin(SimplePlugin):
     """Give a Temporal client or worker everything agent-lattice needs.
 
-    ``LatticePlugin()`` on a client sets the pydantic data converter. On a worker, pass the
-    agents it serves: ``Worker(client, task_queue=..., plugins=[LatticePlugin(agents=[...])])``
-    adds the workflows and activities too (with no agents it registers none, so a client
-    plugin inherited by a worker never registers them twice).
-    Workflow failure types are set so a deterministic error (bad input, a library error)
-    fails the workflow instead of retrying its task forever. ``tool_threads`` (default 32) is
-    how many sync tool handlers the worker runs at once, each in its own thread.
+    On a client, ``LatticePlugin()`` sets the pydantic data converter, and every worker made
+    from that client inherits it. On a worker, pass the agents it serves:
+    ``Worker(client, task_queue=..., plugins=[LatticePlugin(agents=[...])])`` adds the
+    workflows and activities (a client's plugin then leaves that worker to it). A worker on
+    the team mailbox queue gets the mailbox workflow only. Workflow failure types are set so
+    a deterministic error (bad input, a library error) fails the workflow instead of
+    retrying its task forever. ``tool_threads`` (default 32) is how many sync tool handlers
+    the worker runs at once, each in its own thread.
     """
 
     def __init__(
@@ -80,6 +82,10 @@ class LatticePlugin(SimplePlugin):
         activities = (
             AgentActivities(registry, tool_threads=tool_threads) if registry is not None else None
         )
+        runner = SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+        )
+        failures: list[type[BaseException]] = [LatticeError, pydantic.ValidationError]
         super().__init__(
             "agent-lattice",
             data_converter=pydantic_data_converter,
@@ -100,15 +106,25 @@ class LatticePlugin(SimplePlugin):
             ]
             if activities
             else None,
-            workflow_runner=SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-            ),
-            workflow_failure_exception_types=[LatticeError, pydantic.ValidationError],
+            workflow_runner=runner,
+            workflow_failure_exception_types=failures,
             # a finished tool's result must reach a server that is down for a while
             interceptors=[ServerWaitInterceptor()] if activities else None,
         )
+        # the team mailbox queue's wiring: its workflow, nothing of any agent
+        self._mailbox = SimplePlugin(
+            "agent-lattice-mailbox",
+            workflows=[TeamMailboxWorkflow],
+            workflow_runner=runner,
+            workflow_failure_exception_types=failures,
+        )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        own = [p for p in config.get("plugins") or () if isinstance(p, LatticePlugin)]
+        if own and self not in own:
+            return config  # a client's plugin: the worker's own LatticePlugin wires it
+        if config.get("task_queue") == mailbox_task_queue():
+            return self._mailbox.configure_worker(config)
         config = super().configure_worker(config)
         client = config.get("client")
         sdk_default = client is None or client.identity == f"{os.getpid()}@{socket.gethostname()}"
@@ -118,19 +134,27 @@ class LatticePlugin(SimplePlugin):
         return config
 
 
-def create_mailbox_worker(client: Client, **options: object) -> Worker:
+def lattice_worker(
+    client: Client, *, task_queue: str, plugin: LatticePlugin | None = None, **options: Any
+) -> Worker:
+    """A worker wired by a LatticePlugin: ``plugin`` (the agents it serves), else the
+    client's own (every client a lattice Runtime connects has one), else a new one."""
+    inherited = any(isinstance(p, LatticePlugin) for p in client.config()["plugins"])
+    if plugin is None and not inherited:
+        plugin = LatticePlugin()
+    with warnings.catch_warnings():
+        # The SDK warns when a worker and its client carry the same plugin type, as the
+        # plugin might configure the worker twice; LatticePlugin.configure_worker makes the
+        # client's instance step aside for the worker's own.
+        warnings.filterwarnings("ignore", "The same plugin type", UserWarning)
+        return Worker(client, task_queue=task_queue, plugins=[plugin] if plugin else [], **options)
+
+
+def create_mailbox_worker(client: Client, **options: Any) -> Worker:
     """A worker for the team mailbox workflows (``create_workflow_mailbox``) of this task
     queue namespace. Any lattice process can host them: they hold no process's objects."""
     # Short-lived processes (a `lattice team` command, a script) host mailboxes too: when
     # one has gone, the next process should not wait long on its sticky queue. (A value
     # given to create_workers() wins: it was a TypeError.)
     options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
-    return Worker(
-        client,
-        task_queue=mailbox_task_queue(),
-        workflows=[TeamMailboxWorkflow],
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-        ),
-        **options,  # type: ignore[arg-type]
-    )
+    return lattice_worker(client, task_queue=mailbox_task_queue(), **options)

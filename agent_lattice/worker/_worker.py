@@ -25,7 +25,7 @@ from .._delegation import delegation_targets
 from .._errors import ConfigurationError
 from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
-from ._plugin import LatticePlugin, create_mailbox_worker
+from ._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 
 __all__ = ["app_agents", "create_worker", "create_workers", "load_app", "resolve_agent"]
 
@@ -118,7 +118,7 @@ def create_worker(
     """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``);
     ``tool_threads``: how many sync tool handlers run at once (each in a thread)."""
     plugin = LatticePlugin(list(agents), tool_threads=tool_threads)
-    return Worker(client, task_queue=task_queue, plugins=[plugin], **options)
+    return lattice_worker(client, task_queue=task_queue, plugin=plugin, **options)
 
 
 def create_workers(
