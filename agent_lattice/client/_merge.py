@@ -10,18 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeGuard
 
 from .._messages import (
     AgentMessageEvent,
+    AssistantMessage,
+    ResultMessage,
     SDKMessage,
     StreamEventMessage,
+    SystemMessage,
     TeamAgentEvent,
     TeamMessageEvent,
+    UserMessage,
 )
+from .._streaming import LiveItem
 
-__all__ = ["Failed", "Live", "Mark", "Merge", "Nested"]
+__all__ = ["Failed", "Live", "Mark", "Merge", "Nested", "Producers", "follows"]
+
+log = logging.getLogger("agent_lattice.query")
+
+
+class DurableSource(Protocol):
+    """Where durable messages are read from (the runtime)."""
+
+    def durable_messages(
+        self, workflow_id: str, *, appears_within: float | None = None
+    ) -> AsyncIterator[SDKMessage]: ...
+
 
 # Bounded: a consumer that stops reading slows the producers down instead of piling up events.
 QUEUE_SIZE = 256
@@ -114,3 +132,83 @@ class Merge:
                 continue
             if isinstance(item, Nested):
                 yield item.event
+
+
+class Producers:
+    """What writes into one query's merge: the live channel, the run's durable messages, and a
+    reader per team member run (nested teams followed recursively)."""
+
+    def __init__(
+        self, merge: Merge, source: DurableSource, session_id: str, appears_s: float
+    ) -> None:
+        self.merge, self.source, self.session_id = merge, source, session_id
+        self.appears_s = appears_s  # how long a run's workflow may take to appear
+        self.members: list[asyncio.Task[None]] = []
+
+    async def live(self, item: LiveItem) -> None:
+        event = StreamEventMessage(
+            event=item.event, session_id=self.session_id, turn=item.turn, attempt=item.attempt
+        )
+        await self.merge.put_live(event, item.after)
+
+    async def durable(
+        self, workflow_id: str, landed: Callable[[SDKMessage], Awaitable[bool]]
+    ) -> None:
+        """The run's durable messages, each written to the history store (``landed``) before
+        the caller sees it; a failed write ends them with ``Mark.STORE_FAILED``."""
+        try:
+            async for message in self.source.durable_messages(
+                workflow_id, appears_within=self.appears_s
+            ):
+                if not await landed(message):
+                    await self.merge.put(Mark.STORE_FAILED)
+                    return
+                await self.merge.put(message)
+        except Exception as err:  # the caller hears why the messages stopped
+            await self.merge.put(Failed(err))
+        finally:
+            await self.merge.put(Mark.END)
+
+    def follow(self, event: TeamAgentEvent) -> None:
+        """A member's work started: its messages join the stream."""
+        self.members.append(asyncio.create_task(self._member(event)))
+
+    async def _member(self, event: TeamAgentEvent) -> None:
+        """A member's own messages; a member that is a team shows its lead's messages, its
+        own team events, and (recursively) its members'."""
+        source = event.lead_workflow_id or event.workflow_id
+        assert source is not None
+        try:
+            async for nested in self.source.durable_messages(source, appears_within=self.appears_s):
+                if isinstance(nested, TeamMessageEvent | TeamAgentEvent):
+                    await self.merge.put(Nested(nested))  # the inner team's own event
+                    if follows(nested):
+                        self.follow(nested)
+                elif isinstance(
+                    nested, SystemMessage | AssistantMessage | UserMessage | ResultMessage
+                ):
+                    wrapped = AgentMessageEvent(
+                        team=event.team,
+                        member=event.member,
+                        workflow_id=source,
+                        message=nested,
+                        session_id=self.session_id,
+                    )
+                    await self.merge.put(Nested(wrapped))
+        except Exception as err:  # nested events are a view: never fail the query for them
+            log.debug("messages of %s unavailable: %s", source, err)
+
+    def stop(self) -> None:
+        for task in self.members:
+            task.cancel()
+
+
+def follows(item: object) -> TypeGuard[TeamAgentEvent]:
+    """A member's work started whose messages can be followed: an agent's query, or a
+    nested team's (through its lead's query)."""
+    return (
+        isinstance(item, TeamAgentEvent)
+        and item.event == "started"
+        and bool(item.workflow_id)  # a host AgentLike member's work has no workflow
+        and (not item.workflow_id.startswith("team-") or item.lead_workflow_id is not None)
+    )

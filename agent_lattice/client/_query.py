@@ -8,7 +8,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from temporalio.client import WorkflowFailureError
@@ -19,25 +19,19 @@ from .. import _settings
 from .._errors import HistoryStoreError, HookError, OptionError, TracerError
 from .._history import QueryMirror
 from .._messages import (
-    AgentMessageEvent,
     AssistantMessage,
     ContentBlock,
     ModelMessage,
     ResultMessage,
     SDKMessage,
-    StreamEventMessage,
-    SystemMessage,
-    TeamAgentEvent,
-    TeamMessageEvent,
     UserMessage,
 )
 from .._options import check_options
-from .._streaming import LiveItem
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
-from ._merge import Failed, Live, Mark, Merge, Nested
+from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
 from ._runtime import Runtime, get_default_runtime
 
@@ -299,117 +293,32 @@ class QueryRun:
         await self._load_session(runtime)
         await runtime.ensure_worker(agent)
         merge = Merge()
-        session_id = agent.session_id
+        producers = Producers(merge, runtime, agent.session_id, APPEARS_S)
         receiver = channel = None
         if self.stream:
             receiver = await runtime.stream_receiver()
-
-            async def deliver(item: LiveItem) -> None:
-                await merge.put_live(
-                    StreamEventMessage(
-                        event=item.event,
-                        session_id=session_id,
-                        turn=item.turn,
-                        attempt=item.attempt,
-                    ),
-                    item.after,
-                )
-
-            channel = receiver.open(deliver)
+            channel = receiver.open(producers.live)
         await self._start(runtime, receiver.address if receiver else None, channel)
-
-        async def pump_durable() -> None:
-            try:
-                async for message in runtime.durable_messages(
-                    self.workflow_id, appears_within=APPEARS_S
-                ):
-                    # into the history store as it lands, before the caller sees it
-                    if not await self._landed(message):
-                        await merge.put(Mark.STORE_FAILED)
-                        return
-                    await merge.put(message)
-            except Exception as err:  # the caller hears why the messages stopped
-                await merge.put(Failed(err))
-            finally:
-                await merge.put(Mark.END)
-
-        durable = asyncio.create_task(pump_durable())
-        members: list[asyncio.Task[None]] = []  # a team's member queries, nested in the stream
-
-        async def pump_member(event: TeamAgentEvent) -> None:
-            """A member's own messages into the stream; a member that is a team shows its
-            lead's messages, its own team events, and (recursively) its members'."""
-            source = event.lead_workflow_id or event.workflow_id
-            assert source is not None
-            try:
-                async for nested in runtime.durable_messages(source, appears_within=APPEARS_S):
-                    if isinstance(nested, TeamMessageEvent | TeamAgentEvent):
-                        await merge.put(Nested(nested))  # the inner team's own event
-                        if _has_stream(nested):
-                            members.append(asyncio.create_task(pump_member(nested)))
-                    elif isinstance(
-                        nested, SystemMessage | AssistantMessage | UserMessage | ResultMessage
-                    ):
-                        await merge.put(
-                            Nested(
-                                AgentMessageEvent(
-                                    team=event.team,
-                                    member=event.member,
-                                    workflow_id=source,
-                                    message=nested,
-                                    session_id=session_id,
-                                )
-                            )
-                        )
-            except Exception as err:  # nested events are a view: never fail the query for them
-                log.debug("messages of %s unavailable: %s", source, err)
-
+        durable = asyncio.create_task(producers.durable(self.workflow_id, self._landed))
         finished = False
         try:
-            while True:
-                try:
-                    # waiting gives up once the server has been unreachable for too long
-                    item = merge.get_nowait()
-                    if item is None:
-                        item = await runtime.watch.until_lost(merge.get())
-                except asyncio.CancelledError:
-                    self._cancelled = True  # the consuming task was cancelled: abort
-                    raise
-                if item is Mark.END:
-                    break
-                if isinstance(item, Failed):
-                    runtime.watch.raise_if_lost(item.error)
-                    raise item.error
-                if item is Mark.STORE_FAILED:
-                    self._raise_store_failure()
-                    continue
-                if isinstance(item, Nested):
-                    yield item.event
-                    continue
-                if isinstance(item, Live):
-                    for event in merge.release(item):
-                        yield event
-                    continue
-                if _has_stream(item):
-                    members.append(asyncio.create_task(pump_member(item)))
+            while (item := await self._next(runtime, merge)) is not Mark.END:
                 if isinstance(item, ResultMessage):
                     finished = True
                     await self._collect(runtime, await self._output(), new_messages)
                     _raise_hook_failure(item)
                     for event in merge.flush():
                         yield event
-                    async for nested in merge.rest_of(members):
+                    async for nested in merge.rest_of(producers.members):
                         yield nested
                     yield item
                     break
-                yield item
-                for event in merge.delivered():
+                for event in self._released(runtime, merge, producers, item):
                     yield event
         finally:
             if receiver is not None and channel is not None:
                 receiver.discard(channel)
-            for task in members:
-                task.cancel()
+            producers.stop()
             durable.cancel()
             with contextlib.suppress(BaseException):
                 await durable
@@ -420,6 +329,35 @@ class QueryRun:
             for task in self._signals:
                 with contextlib.suppress(Exception):
                     await task
+
+    async def _next(self, runtime: Runtime, merge: Merge) -> Item:
+        """The merge's next item; waiting gives up once the server has been unreachable for
+        too long."""
+        try:
+            item = merge.get_nowait()
+            return item if item is not None else await runtime.watch.until_lost(merge.get())
+        except asyncio.CancelledError:
+            self._cancelled = True  # the consuming task was cancelled: abort
+            raise
+
+    def _released(
+        self, runtime: Runtime, merge: Merge, producers: Producers, item: Item
+    ) -> list[SDKMessage]:
+        """What the caller sees now for one item of the merge (before the result)."""
+        if isinstance(item, Failed):
+            runtime.watch.raise_if_lost(item.error)
+            raise item.error
+        if item is Mark.STORE_FAILED:
+            self._raise_store_failure()
+            return []
+        if isinstance(item, Nested):
+            return [item.event]
+        if isinstance(item, Live):
+            return list(merge.release(item))
+        assert not isinstance(item, Mark)
+        if follows(item):
+            producers.follow(item)
+        return [item, *merge.delivered()]
 
     async def _landed(self, message: SDKMessage) -> bool:
         """Write a durable message of this run to the history store (assistant messages and
@@ -475,17 +413,6 @@ class QueryRun:
             await self._handle.signal("abort" if self._cancelled else "interrupt")
         output = await asyncio.wait_for(self._output(), 30)
         await self._collect(runtime, output, new_messages)
-
-
-def _has_stream(item: object) -> TypeGuard[TeamAgentEvent]:
-    """A member's work started whose messages can be followed: an agent's query, or a
-    nested team's (through its lead's query)."""
-    return (
-        isinstance(item, TeamAgentEvent)
-        and item.event == "started"
-        and bool(item.workflow_id)  # a host AgentLike member's work has no workflow
-        and (not item.workflow_id.startswith("team-") or item.lead_workflow_id is not None)
-    )
 
 
 def workspace_grants_of(permissions: Mapping[str, Any] | None) -> list[str]:
