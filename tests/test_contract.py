@@ -487,3 +487,33 @@ def test_a_recorded_set_holds_the_tagged_shapes():
     for p in payloads:
         if isinstance(p.get("work"), dict):
             assert Handoff.model_validate(p).work is not None
+
+
+async def test_live_items_cross_the_side_channel_as_models():
+    from agent_lattice import _streaming
+
+    receiver = _streaming.StreamReceiver()
+    address = await receiver.start()
+    got: list[LiveItem] = []
+
+    async def deliver(item: LiveItem) -> None:
+        got.append(item)
+
+    channel = receiver.open(deliver)
+    try:
+        for local in (True, False):  # in memory, then over TCP (a worker elsewhere)
+            if not local:
+                del _streaming._LOCAL[address]
+            async with _streaming.StreamSender(address, channel, turn=2, attempt=3, after=4) as s:
+                await s.send({"type": "content_block_delta", "index": 0})
+        assert (
+            got
+            == [
+                LiveItem(
+                    event={"type": "content_block_delta", "index": 0}, turn=2, attempt=3, after=4
+                )
+            ]
+            * 2
+        )
+    finally:
+        await receiver.close()
