@@ -3,6 +3,8 @@ given up on its budget, and whether a tool call may have run (the model must kno
 
 from __future__ import annotations
 
+from typing import cast
+
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
@@ -70,12 +72,12 @@ def cut_off(err: BaseException, timeout_s: float) -> str | None:
 
 
 def error_info(err: BaseException) -> ErrorInfo:
-    cause: BaseException | None = err
+    cause: BaseException = err
     while isinstance(cause, ActivityError) and cause.cause is not None:
         cause = cause.cause
     if isinstance(cause, ApplicationError):
-        details = cause.details[0] if cause.details else {}
-        status = details.get("status_code") if isinstance(details, dict) else None
+        details: object = cause.details[0] if cause.details else None
+        status = _status_code(details)
         kind = (
             ErrorKind.API_ERROR.value
             if cause.type in PROVIDER_FAILURES
@@ -85,5 +87,12 @@ def error_info(err: BaseException) -> ErrorInfo:
             else cause.type or "Error"
         )
         return ErrorInfo(type=kind, message=cause.message, status_code=status)
-    message = str(cause) if cause is not None else str(err)
-    return ErrorInfo(type=type(cause).__name__ if cause else "Error", message=message)
+    return ErrorInfo(type=type(cause).__name__, message=str(cause))
+
+
+def _status_code(details: object) -> int | None:
+    """The HTTP status a provider failure carries in its details (``{"status_code": N}``)."""
+    if not isinstance(details, dict):
+        return None
+    status = cast(dict[str, object], details).get("status_code")
+    return status if isinstance(status, int) else None

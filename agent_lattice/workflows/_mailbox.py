@@ -32,7 +32,7 @@ def mailbox_task_queue() -> str:
 class MailboxState(BaseModel):
     """The mailbox as one run hands it to the next (and its limits)."""
 
-    messages: list[TeamMessage] = Field(default_factory=list)
+    messages: list[TeamMessage] = Field(default_factory=list[TeamMessage])
     max_history_events: int = 2000
     keep_finished: int = 1000
 
