@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import pytest
 from temporalio.worker import Replayer
@@ -23,6 +24,7 @@ from agent_lattice import (
 from agent_lattice.testing import (
     RecordedRequest,
     Reply,
+    Script,
     collect,
     error,
     message,
@@ -690,3 +692,35 @@ async def test_two_handoffs_to_one_member_run_in_turn_on_its_session(
     assert result.result == "both noted"
     assert seen == [1, 3]  # one at a time, the second on top of the first's conversation
     assert [m.role for m in await member.get_history()] == ["user", "assistant"] * 2
+
+
+async def test_create_team_leaves_the_host_agents_as_they_were(fake_anthropic, lattice_runtime):
+    """The lead and member Agents the host made keep their tools and keys; the team runs
+    views of them (member tools on the lead, mailbox tools on members) on the same sessions,
+    so a team query's turns are the host lead's history, and a worker finds the team from
+    the lead it runs."""
+    from agent_lattice._team import team_of
+    from agent_lattice.worker import AgentRegistry
+
+    lead, writer = agent(fake_anthropic, "lead"), agent(fake_anthropic, "writer")
+    before = {a.name: ([t.name for t in a.tools], a.key) for a in (lead, writer)}
+    team = create_team(
+        name=f"t{uuid.uuid4().hex[:6]}",
+        lead=lead,
+        members=[team_member(name="writer", agent=writer)],
+    )
+    assert {a.name: ([t.name for t in a.tools], a.key) for a in (lead, writer)} == before
+    assert team.lead is not lead and team.lead.session is lead.session
+    assert [t.name for t in team.lead.tools] == [*before["lead"][0], "writer"]
+    member = team.members[0].agent
+    assert member.session is writer.session and member.tool("team_reply") is not None
+    assert team_of(team.lead) is team and team_of(lead) is None
+    registry = AgentRegistry([team.lead])
+    assert registry.team_of(team.lead.key, "another-session") is team  # by definition
+    assert registry.team_of(lead.key) is None
+
+    fake_anthropic.set_handler(by_agent(lead=Script(text("done"))))
+    result = await team.prompt("go")
+    assert result.result == "done"
+    assert [m.role for m in await lead.get_history()] == ["user", "assistant"]
+    assert not lead.session.busy
