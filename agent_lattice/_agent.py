@@ -463,14 +463,12 @@ def start_query(
     (``team``: the team ``agent`` leads, whose runtime runs the query)."""
     check_options("QueryOptions", options, QUERY_OPTIONS)
     check_request_options("QueryOptions", options)
-    if agent.session.busy:
-        agent.session.reserve()  # raises ConcurrentQueryError
     if not _query_runner:
         raise ConfigurationError(
             "no query runner is installed: import agent_lattice (its client registers one)"
         )
-    run = _query_runner[0](agent, prompt, options, team)
-    agent.session.reserve(run)
+    run = _query_runner[0](agent, prompt, options, team)  # validates, starts nothing yet
+    agent.session.reserve(run)  # ConcurrentQueryError when a query holds the session
     return run
 
 

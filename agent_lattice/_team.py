@@ -52,8 +52,8 @@ __all__ = [
 DefaultMailbox = Callable[[str, Callable[[], Any]], TeamMailbox]
 _default_mailbox: list[DefaultMailbox] = []
 # each team's lead (the view create_team() makes) to its team: how workers find a team's
-# mailbox from the lead's runs
-_teams: weakref.WeakKeyDictionary[Any, Team] = weakref.WeakKeyDictionary()
+# mailbox from the lead's runs (weak both ways: a team the host drops is collected)
+_teams: weakref.WeakKeyDictionary[Any, weakref.ref[Team]] = weakref.WeakKeyDictionary()
 
 
 def register_default_mailbox(factory: DefaultMailbox) -> None:
@@ -63,7 +63,8 @@ def register_default_mailbox(factory: DefaultMailbox) -> None:
 
 def team_of(lead: Any) -> Team | None:
     """The team ``lead`` leads (the ``team.lead`` of a :func:`create_team` team), or None."""
-    return _teams.get(lead)
+    ref = _teams.get(lead)
+    return ref() if ref is not None else None
 
 
 _TEAM_OPTIONS = frozenset(
@@ -310,7 +311,7 @@ def create_team(**options: Any) -> Team:
         tools += mailbox_tools(team, "lead")
     # the lead the team runs: the host's lead with the member tools, on the same session
     team.lead = lead.with_tools(tools)
-    _teams[team.lead] = team
+    _teams[team.lead] = weakref.ref(team)
     return team
 
 

@@ -74,3 +74,26 @@ async def test_an_agent_and_its_views_share_one_session():
     with pytest.raises(ConcurrentQueryError):
         await collect(view.query("again"))
     agent.session.release()
+
+
+def test_a_team_the_host_drops_is_collected(fake_anthropic):
+    import gc
+    import weakref
+
+    from agent_lattice import create_team, team_member
+    from agent_lattice._team import team_of
+
+    from conftest import named_agent
+
+    lead = named_agent(fake_anthropic, "lead")
+    team = create_team(
+        name="dropped",
+        lead=lead,
+        members=[team_member(name="w", agent=named_agent(fake_anthropic, "w"))],
+        expose_lead_mailbox_tools=True,  # the lead's tools then refer to the team
+    )
+    assert team_of(team.lead) is team
+    gone = [weakref.ref(team), weakref.ref(team.lead)]
+    del team
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
