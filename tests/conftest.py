@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import ast
 import asyncio
+import pickle
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
 
 import hypothesis  # noqa: F401 - imported before any thread starts (see below)
 import pytest
@@ -18,6 +24,20 @@ pytest_plugins = ["agent_lattice.testing.pytest_plugin"]
 # with "AST constructor recursion depth mismatch" then.
 
 API_KEY = "sk-ant-test-SECRET-4f2b9c"
+
+_PARSE = "import ast, pickle, sys; pickle.dump([ast.parse(open(p).read()) for p in sys.argv[1:]], sys.stdout.buffer)"
+
+
+def parse_sources(paths: Iterable[Path]) -> dict[Path, ast.Module]:
+    """The syntax trees of ``paths``, parsed in a child process. In this process the session's
+    Temporal workers compile code in their threads, and CPython 3.11 counts the AST
+    constructor's recursion in state those threads share (gh-106905): ``ast.parse`` here can
+    fail with "AST constructor recursion depth mismatch". The trees come back pickled."""
+    paths = list(paths)
+    out = subprocess.run(
+        [sys.executable, "-c", _PARSE, *map(str, paths)], capture_output=True, check=True
+    )
+    return dict(zip(paths, pickle.loads(out.stdout), strict=True))
 
 
 class Expr(BaseModel):

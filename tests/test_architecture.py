@@ -9,6 +9,8 @@ from pathlib import Path
 
 import agent_lattice
 
+from conftest import parse_sources
+
 ROOT = Path(agent_lattice.__file__).parent
 PACKAGE = ROOT.name
 UPPER = tuple(f"{PACKAGE}.{p}." for p in ("client", "worker", "activities", "workflows", "cli"))
@@ -27,8 +29,9 @@ def _modules() -> dict[str, Path]:
 
 def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {m: set() for m in modules}
+    trees = parse_sources(modules.values())
     for mod, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(trees[path]):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):

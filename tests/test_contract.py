@@ -55,6 +55,8 @@ from agent_lattice.workflows._types import (
     TraceItem,
 )
 
+from conftest import parse_sources
+
 PACKAGE = Path(agent_lattice.__file__).parent
 HISTORIES = Path(__file__).parent / "histories"
 CONVERTER = pydantic_data_converter.payload_converter
@@ -144,10 +146,9 @@ _SCHEDULING = {
 
 
 def test_no_workflow_schedules_an_activity_but_through_the_contract():
-    for path in sorted((PACKAGE / "workflows").glob("*.py")):
-        if path.name == "_contract.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
+    paths = [p for p in sorted((PACKAGE / "workflows").glob("*.py")) if p.name != "_contract.py"]
+    for path, tree in parse_sources(paths).items():
+        for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             where = f"{path.name}:{node.lineno}"
@@ -250,9 +251,9 @@ def test_presets_are_typed_values_and_name_only_known_failures():
 # -- failure types ---------------------------------------------------------------------------
 
 
-def _raised_types(path: Path) -> list[tuple[int, ast.expr]]:
+def _raised_types(tree: ast.Module) -> list[tuple[int, ast.expr]]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -275,8 +276,8 @@ def _is_failure_type(expr: ast.expr) -> bool:
 
 def test_every_failure_type_raised_is_in_the_enum():
     raised = 0
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for line, expr in _raised_types(path):
+    for path, tree in parse_sources(sorted(PACKAGE.rglob("*.py"))).items():
+        for line, expr in _raised_types(tree):
             where = f"{path.relative_to(PACKAGE)}:{line}"
             if ast.unparse(expr) == "type(err).__name__":
                 # a tool's own exception, by its class name: a result for the model
