@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import importlib
 import logging
 import os
@@ -106,6 +107,12 @@ def _temporal_runtime() -> TemporalRuntime:
                 logging=LoggingConfig(filter=f"{errors},temporalio_client::retry=off")
             )
         )
+        # Never freed: at a script's end Core may still finish work (an RPC or a worker
+        # shutdown that the end abandoned) by calling into Python from its threads, which
+        # blocks for good once the interpreter finalizes; freeing the runtime during
+        # finalization waits for those threads, so the process would never exit
+        # (temporalio/sdk-python#300). Left alive, the threads end with the process.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_TEMPORAL_RUNTIME))
     return _TEMPORAL_RUNTIME
 
 
