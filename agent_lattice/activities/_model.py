@@ -85,7 +85,10 @@ class ModelActivities(ActivitiesBase):
         )
         rejection = None
         if message.tool_uses and config.tool_batch_policy is not None:
-            calls = [ToolCallInfo(id=u.id, name=u.name, input=u.input) for u in message.tool_uses]
+            calls = [
+                ToolCallInfo(id=u.id, name=u.name, input=u.input, kind=_call_kind(agent, u.name))
+                for u in message.tool_uses
+            ]
             rejection = await evaluate_batch_policy(
                 config.tool_batch_policy, BatchPolicyRequest(calls)
             )
@@ -257,3 +260,10 @@ def _unreachable(err: ProviderError, give_up_s: float, initial_s: float) -> Appl
         # the retry policy's backoff, cut to end at the budget
         next_retry_delay=timedelta(seconds=min(initial_s * 2.0 ** (info.attempt - 1), left)),
     )
+
+
+def _call_kind(agent: Agent, tool_name: str) -> str:
+    """What a batch policy sees as a call's ``kind``: ``"agent_tool"`` for a call that
+    delegates (agent_tool, delegate_tool, a team's member tool), else ``"tool"``."""
+    definition = agent.tool(tool_name)
+    return "agent_tool" if definition is not None and definition.delegation is not None else "tool"
