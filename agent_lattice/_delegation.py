@@ -321,6 +321,11 @@ def _description(given: Any, delegation: Delegation, *, typed: bool) -> str:
             f"The {name!r} agent keeps its conversation across calls: earlier tasks may inform "
             "later answers."
         )
+    elif delegation.kind == "adapter":
+        lines.append(
+            f"The {name!r} agent is a long-lived session with history: earlier tasks may inform "
+            "later answers."
+        )
     else:
         lines.append(
             "Each call starts a fresh session with no memory of earlier calls: make every task "

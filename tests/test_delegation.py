@@ -14,6 +14,8 @@ from agent_lattice import (
     ToolResult,
     agent_tool,
     create_agent,
+    create_bare_agent,
+    create_team,
     define_agent,
     delegate_tool,
     tool,
@@ -29,7 +31,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import API_KEY, Expr, by_agent, child_ids, make_calculator
+from conftest import API_KEY, Expr, HostMember, by_agent, child_ids, make_calculator
 
 
 def spec(fake, name: str, **options):
@@ -429,3 +431,22 @@ async def test_structured_result_passthrough_and_parent_only_schema(make_agent, 
     assert json.loads(valid["content"]) == {"files": ["a.py"], "notes": "ok"}
     assert invalid["is_error"] is True
     assert invalid["content"].startswith("child_output_invalid: schema_mismatch")
+
+
+def test_descriptions_state_each_targets_session_semantics():
+    """A spec starts fresh per call; a session and any host AgentLike (a Team included) keep
+    a long-lived session, so earlier calls may inform later answers."""
+
+    def bare(name: str):
+        return create_bare_agent(api_key=API_KEY, model="claude-test", name=name)
+
+    for target in (HostMember(), create_team(name="crew", lead=bare("lead"), members=[])):
+        description = agent_tool("x", target).description
+        assert "long-lived session" in description
+        assert "earlier tasks may inform later answers" in description
+        assert "fresh session" not in description
+    described = agent_tool("x", define_agent(model="claude-test", name="s")).description
+    assert "fresh session" in described and "long-lived" not in described
+    remembered = agent_tool("x", bare("r")).description
+    assert "keeps its conversation across calls" in remembered
+    assert "fresh session" not in remembered
