@@ -70,6 +70,7 @@ from ._messages import (
 )
 from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
 from ._option_types import AgentOptions, AgentToolOptions, DelegateToolOptions, QueryOptions
+from ._output_schema import OutputSchema
 from ._skills import Skill, load_skill, skill
 from ._team import DrainResult, Team, TeamMember, create_team, team_member
 from ._tools import (
@@ -140,6 +141,7 @@ __all__ = [
     "ModelRequest",
     "ModelRequestContext",
     "OptionError",
+    "OutputSchema",
     "PermissionRequest",
     "ProviderError",
     "QueryOptions",

@@ -16,12 +16,13 @@ from urllib.parse import urlsplit
 from . import _settings
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
-from ._errors import ConfigurationError, OptionError
+from ._errors import ConcurrentQueryError, ConfigurationError, OptionError
 from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._option_types import AgentOptions, QueryOptions
 from ._options import check_options
+from ._output_schema import OutputSchema
 from ._session import QueryRunner, Session
 from ._skills import Skill
 from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, check_tool_name, submit_output_tool
@@ -378,6 +379,41 @@ class Agent:
 
     def tool(self, name: str) -> ToolDefinition[Any] | None:
         return next((t for t in self.config.tools if t.name == name), None)
+
+    def add_tools(self, tools: Sequence[ToolDefinition[Any]]) -> None:
+        """Give the agent more tools, from its next query on (idle only: a running query
+        keeps the tools it started with, and this raises :class:`ConcurrentQueryError`).
+        Checked as ``create_agent`` checks ``tools``: ToolDefinition objects, valid names, no
+        name the agent has already; ``submit_output`` is reserved while ``output_schema`` is set."""
+        if isinstance(tools, ToolDefinition) or not isinstance(tools, Sequence):
+            raise OptionError(
+                f"add_tools(): pass a list of ToolDefinition objects; got {type(tools).__name__}"
+            )
+        if self.session.busy:
+            raise ConcurrentQueryError(
+                "add_tools() while a query is running; wait for it to finish"
+            )
+        seen = {t.name for t in self.config.tools}
+        for t in tools:
+            if not isinstance(t, ToolDefinition):
+                raise OptionError(
+                    f"add_tools(): tools must be ToolDefinition objects (use tool()); got {type(t).__name__}"
+                )
+            check_tool_name(t.name, "add_tools()")
+            if t.name == SUBMIT_OUTPUT_TOOL_NAME and self.config.output_schema is not None:
+                raise OptionError(
+                    f'add_tools(): the tool name "{SUBMIT_OUTPUT_TOOL_NAME}" is reserved while '
+                    "output_schema is set; rename your tool"
+                )
+            if t.name in seen:
+                raise OptionError(f"add_tools(): the agent already has a tool named {t.name!r}")
+            seen.add(t.name)
+        self.config = dataclasses.replace(self.config, tools=(*self.config.tools, *tools))
+
+    @property
+    def output_schema(self) -> OutputSchema | None:
+        """The schema its result is submitted in (the ``output_schema`` option), or None."""
+        return self.config.output_schema
 
     @property
     def runtime(self) -> Any:

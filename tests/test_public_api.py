@@ -67,6 +67,7 @@ PUBLIC = {
         "ModelRequest",
         "ModelRequestContext",
         "OptionError",
+        "OutputSchema",
         "PermissionRequest",
         "ProviderError",
         "QueryOptions",
