@@ -514,8 +514,11 @@ async def test_a_host_agentlike_member_takes_handoffs(fake_anthropic, lattice_ru
     assert host.prompts == ["index the repo", "one more"]  # the handoff, then an ask
     agents = [(e.member, e.event) for e in stream if isinstance(e, TeamAgentEvent)]
     assert ("host", "started") in agents and ("host", "finished") in agents
-    (task,) = await team.mailbox.inbox("mixed::host")
+    # the handoff and the ask are both messages of the host member's mailbox
+    task, asked = await team.mailbox.inbox("mixed::host")
     assert task.status == "done" and task.result == "host did: index the repo"
+    assert (asked.metadata["mode"], asked.status, asked.body) == ("ask", "done", "one more")
+    assert asked.result == "host did: one more" and asked.from_mailbox == "mixed::lead"
 
 
 async def test_a_stop_cancels_a_host_member_s_work(fake_anthropic, lattice_runtime):

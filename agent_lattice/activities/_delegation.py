@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from .._delegation import Delegation
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
-from .._messages import ModelMessage
+from .._messages import ModelMessage, ToolUseBlock
 from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import run_transcript
@@ -288,6 +288,36 @@ async def _settle_message(
     stored = await mailbox.get(message_id)
     if stored is not None and stored.status not in FINAL_STATUSES:
         await mailbox.set_status(message_id, status, result=result)
+
+
+async def recorded_ask(
+    lead: Agent,
+    delegation: Delegation,
+    use: ToolUseBlock,
+    call: Callable[[], Awaitable[ToolResult]],
+) -> ToolResult:
+    """An ``ask`` to a host AgentLike team member (it runs inside its tool call), kept in the
+    team's mailbox like an ask to any member: ``processing``, then ``done``/``failed`` with
+    its answer."""
+    assert delegation.team is not None and delegation.member is not None
+    task = use.input.get("task") if isinstance(use.input, dict) else None
+    asked = TeamMessage(
+        id=member_message_id(f"{activity.info().workflow_id}/{use.id}"),
+        from_mailbox=mailbox_id(delegation.team, "lead"),
+        to_mailbox=mailbox_id(delegation.team, delegation.member),
+        body=task if isinstance(task, str) else json.dumps(use.input),
+        status="processing",
+        metadata={"mode": "ask", "tool_use_id": use.id},
+    )
+    await _record_ask(lead, lambda mailbox: mirror(mailbox, asked))
+    status: MessageStatus = "failed"
+    answer = "the call ended without an answer"
+    try:
+        result = await call()
+        status, answer = ("failed" if result.is_error else "done"), text_of(result.content)
+        return result
+    finally:
+        await _record_ask(lead, lambda mailbox: _settle_message(mailbox, asked.id, status, answer))
 
 
 async def _record_ask(lead: Agent, write: Callable[[TeamMailbox], Awaitable[None]]) -> None:

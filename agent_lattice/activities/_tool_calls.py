@@ -10,6 +10,7 @@ from .._tools import ToolResult
 from ..workflows._contract import ActivityName
 from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInput, TraceInput
 from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
+from ._delegation import recorded_ask
 from ._tools import CallRecord, invalid_input, permission_denial, tool_context
 
 
@@ -33,12 +34,19 @@ class ToolActivities(ActivitiesBase):
         threads = self._threads.executor
         record = CallRecord(self._transcripts, ctx, idempotent=definition.idempotent)
 
+        async def invoke() -> ToolResult:
+            return await definition.invoke(use.input, ctx, executor=threads)
+
         async def run() -> ToolResult:
-            return (
-                invalid_input(use)
-                or await permission_denial(agent, use.name, use.input, ctx, threads)
-                or await definition.invoke(use.input, ctx, executor=threads)
+            refused = invalid_input(use) or await permission_denial(
+                agent, use.name, use.input, ctx, threads
             )
+            if refused is not None:
+                return refused
+            delegation = definition.delegation
+            if delegation is not None and delegation.kind == "adapter" and delegation.team:
+                return await recorded_ask(agent, delegation, use, invoke)  # a host member
+            return await invoke()
 
         async with heartbeating(), quiet_when_abandoned():
             result = await record.answer() or await record.run(run)
