@@ -83,6 +83,7 @@ QUERY_OPTIONS = frozenset(
         "timeout",
         "permissions",
         "tracer",
+        "signal",
     }
 )
 REASONING_EFFORTS = ("low", "high", "max")

@@ -10,8 +10,8 @@ typed loosely where the seeds accept several shapes.
 # no `from __future__ import annotations`: Required[...] is only seen at run time (in
 # __required_keys__) when annotations are evaluated
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Required, TypedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, Required, TypedDict
 
 from ._history import HistoryStore
 from ._hooks import AgentHooks
@@ -20,11 +20,28 @@ from ._tools import ToolDefinition, ToolOptions
 from ._tracing import ContextTracer
 from .providers import ModelClient
 
-__all__ = ["AgentOptions", "AgentToolOptions", "DelegateToolOptions", "QueryOptions", "ToolOptions"]
+__all__ = [
+    "AgentOptions",
+    "AgentToolOptions",
+    "DelegateToolOptions",
+    "QueryOptions",
+    "QuerySignal",
+    "ToolOptions",
+]
 
 ReasoningEffort = Literal["low", "high", "max"]
 # "json", or {"type": "json_schema", "schema": {...}}
 OutputFormat = Literal["json"] | Mapping[str, Any]
+
+
+class QuerySignal(Protocol):
+    """``query(signal=...)``: an ``asyncio.Event`` (or ``anyio.Event``, or anything with
+    ``is_set()`` and ``wait()``) the host sets, from elsewhere, to end the query with
+    ``error_abort``."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self) -> Awaitable[Any]: ...
 
 
 class AgentOptions(TypedDict, total=False):
@@ -76,6 +93,8 @@ class QueryOptions(TypedDict, total=False):
     timeout: float | None
     permissions: Mapping[str, Any] | None
     tracer: ContextTracer | None
+    # set it (from another task) to end the query with error_abort; already set: no model request
+    signal: QuerySignal | None
 
 
 class AgentToolOptions(TypedDict, total=False):

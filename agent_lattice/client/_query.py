@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from .._messages import (
     SDKMessage,
     UserMessage,
 )
+from .._option_types import QuerySignal
 from .._options import check_options
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
@@ -46,6 +48,8 @@ log = logging.getLogger("agent_lattice.query")
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 # how long prompt() waits, after the result, for the store's reader to see the last messages
 FOLLOW_GRACE_S = 10.0
+# how often a query's signal is looked at when its wait() cannot be awaited
+SIGNAL_POLL_S = 0.05
 
 
 class QueryRun:
@@ -79,7 +83,17 @@ class QueryRun:
         timeout: float | None = None,
         permissions: Mapping[str, Any] | None = None,
         tracer: ContextTracer | None = None,
+        signal: QuerySignal | None = None,
     ) -> None:
+        if signal is not None and not (
+            callable(getattr(signal, "is_set", None)) and callable(getattr(signal, "wait", None))
+        ):
+            raise OptionError(
+                "QueryOptions: signal must be an asyncio.Event-like object (is_set() and an "
+                f"awaitable wait()); got {type(signal).__name__}"
+            )
+        self.signal = signal
+        self._watcher: asyncio.Task[None] | None = None  # aborts the run once signal is set
         if tracer is not None and not isinstance(tracer, ContextTracer):
             raise OptionError(
                 "QueryOptions: tracer must be a ContextTracer (create_jsonl_context_tracer(), "
@@ -191,9 +205,12 @@ class QueryRun:
                 result_type=AgentRunOutput,
             )
         else:
+            # a signal set already: the run starts aborted, before any model request
+            aborted = self.signal is not None and bool(self.signal.is_set())
             self._handle = await runtime.client.start_workflow(
                 "AgentWorkflow",
                 run_input,
+                start_signal="abort" if aborted else None,
                 id=self.workflow_id,
                 task_queue=runtime.task_queue_for(agent),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -203,6 +220,27 @@ class QueryRun:
             )
         if self._interrupt_requested:
             self._send_interrupt()
+        if self.signal is not None:
+            self._watcher = asyncio.create_task(self._abort_on(self.signal))
+
+    async def _abort_on(self, signal: QuerySignal) -> None:
+        """Abort the run (``error_abort``, completed turns kept) once the host sets the
+        query's signal: the run ends as for a cancelled caller, and the caller gets the
+        result."""
+        if inspect.iscoroutinefunction(signal.wait):
+            await signal.wait()
+        else:  # a wait() that blocks (threading.Event, set from a thread): look at is_set()
+            while not signal.is_set():  # noqa: ASYNC110 - the host's event is not asyncio's
+                await asyncio.sleep(SIGNAL_POLL_S)
+        if not self._done:
+            self._cancelled = True
+            await self._handle.signal("abort")
+
+    async def _stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
 
     async def result(self) -> ResultMessage:
         """Run to the end without following the messages (what ``prompt()`` needs): no
@@ -280,6 +318,7 @@ class QueryRun:
 
     async def _finish(self, new_messages: list[ModelMessage]) -> None:
         """The session is free again and holds the query's messages."""
+        await self._stop_watching()
         session = self.agent.session
         session.release()
         await session.absorb(
