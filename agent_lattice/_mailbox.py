@@ -6,10 +6,11 @@ A message is ``pending`` in its ``to`` mailbox until that member's runtime claim
 message belongs to its ``to`` mailbox, and ``claim_next`` only ever takes from the one asked.
 
 Backends: ``create_workflow_mailbox`` (the default, in ``client/_mailbox``: a Temporal
-workflow keeps the messages), :func:`create_memory_mailbox` (one process), :func:`create_sqlite_mailbox`
-(stdlib ``sqlite3``; processes of one machine), :func:`create_postgres_mailbox` (psycopg;
-claims with ``FOR UPDATE SKIP LOCKED``, so concurrent runtimes never take the same message),
-or any host object implementing :class:`TeamMailbox`.
+workflow keeps the messages), :func:`create_memory_mailbox` (one process),
+:func:`create_sqlite_mailbox` (stdlib ``sqlite3``, a file or a connection the host owns;
+processes of one machine), :func:`create_postgres_mailbox` (psycopg; claims with
+``FOR UPDATE SKIP LOCKED``, so concurrent runtimes never take the same message), or any host
+object implementing :class:`TeamMailbox`.
 """
 
 from __future__ import annotations
@@ -191,30 +192,88 @@ def _check_table(table: str, where: str) -> None:
         raise OptionError(f"{where}: table must be a lowercase SQL identifier; got {table!r}")
 
 
-class _SqliteMailbox:
-    def __init__(self, path: Path, table: str) -> None:
-        self._path, self._table = path, table
-        self._local = threading.local()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db().executescript(
-            f"CREATE TABLE IF NOT EXISTS {table} (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-            " id TEXT UNIQUE NOT NULL, from_mailbox TEXT NOT NULL, to_mailbox TEXT NOT NULL,"
-            " kind TEXT NOT NULL, subject TEXT, body TEXT NOT NULL, thread_id TEXT NOT NULL,"
-            " reply_to TEXT, status TEXT NOT NULL, metadata TEXT NOT NULL, result TEXT,"
-            " created_at REAL NOT NULL, updated_at REAL NOT NULL);"
-            f"CREATE INDEX IF NOT EXISTS {table}_inbox ON {table} (to_mailbox, status, seq);"
+# one lock per host connection (by id: a reused id only shares a lock, which stays correct),
+# so mailboxes over the same connection never interleave their transactions
+_HOST_LOCKS: dict[int, threading.Lock] = {}
+_HOST_LOCKS_GUARD = threading.Lock()
+
+
+def _host_lock(database: sqlite3.Connection) -> threading.Lock:
+    with _HOST_LOCKS_GUARD:
+        return _HOST_LOCKS.setdefault(id(database), threading.Lock())
+
+
+def _check_database(database: Any, where: str) -> sqlite3.Connection:
+    """A host connection the mailbox can use from its worker threads."""
+    if not isinstance(database, sqlite3.Connection):
+        raise OptionError(
+            f"{where}: database must be a sqlite3.Connection; got {type(database).__name__}"
         )
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            database.execute("SELECT 1").close()
+        except sqlite3.Error as e:
+            failure.append(e)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    prober.join()
+    if failure:
+        error = str(failure[0])
+        if "same thread" in error:
+            error = (
+                "it was created with check_same_thread=True; the mailbox runs its queries on "
+                "worker threads, so create it with sqlite3.connect(..., check_same_thread=False)"
+            )
+        raise OptionError(f"{where}: database is not usable: {error}")
+    return database
+
+
+class _SqliteMailbox:
+    def __init__(
+        self, table: str, *, path: Path | None = None, database: sqlite3.Connection | None = None
+    ) -> None:
+        self._path, self._table, self._host = path, table, database
+        self._local = threading.local()
+        self._lock = _host_lock(database) if database is not None else None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+        def create(db: sqlite3.Connection) -> None:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " id TEXT UNIQUE NOT NULL, from_mailbox TEXT NOT NULL, to_mailbox TEXT NOT NULL,"
+                " kind TEXT NOT NULL, subject TEXT, body TEXT NOT NULL, thread_id TEXT NOT NULL,"
+                " reply_to TEXT, status TEXT NOT NULL, metadata TEXT NOT NULL, result TEXT,"
+                " created_at REAL NOT NULL, updated_at REAL NOT NULL)"
+            )
+            db.execute(
+                f"CREATE INDEX IF NOT EXISTS {table}_inbox ON {table} (to_mailbox, status, seq)"
+            )
+
+        self._locked(self._write, create)
 
     def _db(self) -> sqlite3.Connection:
+        if self._host is not None:
+            return self._host
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+            db = sqlite3.connect(self._path or "", timeout=30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             self._local.db = db
         return db
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.to_thread(fn, *args)
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` alone on a host connection (its own per-thread connection needs no lock)."""
+        if self._lock is None:
+            return fn(*args)
+        with self._lock:
+            return fn(*args)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(self._locked, fn, *args)
 
     def _select(self, where: str, args: tuple[Any, ...]) -> list[TeamMessage]:
         rows = (
@@ -225,13 +284,13 @@ class _SqliteMailbox:
         return [_message(r) for r in rows]
 
     async def send(self, message: TeamMessage) -> TeamMessage:
-        def insert() -> None:
-            self._db().execute(
+        def insert(db: sqlite3.Connection) -> None:
+            db.execute(
                 f"INSERT INTO {self._table} ({_COLUMNS}) VALUES ({', '.join('?' * 13)})",
                 _row(message),
             )
 
-        await self._run(insert)
+        await self._run(self._write, insert)
         return message
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
@@ -296,10 +355,30 @@ class _SqliteMailbox:
         return await self._run(self._write, update)
 
 
-def create_sqlite_mailbox(*, path: str | Path, table: str = "lattice_team_messages") -> TeamMailbox:
-    """Messages in a SQLite file (WAL), shared by the processes of one machine."""
-    _check_table(table, "create_sqlite_mailbox()")
-    return _SqliteMailbox(Path(path), table)
+def create_sqlite_mailbox(
+    *,
+    path: str | Path | None = None,
+    database: sqlite3.Connection | None = None,
+    table: str = "lattice_team_messages",
+) -> TeamMailbox:
+    """Messages in SQLite, shared by the processes of one machine; give exactly one of:
+
+    - ``path``: a database file the mailbox opens itself (WAL, one connection per thread);
+    - ``database``: an open ``sqlite3.Connection`` the host owns (the mailbox never closes
+      it, nor changes its settings). The mailbox runs its queries on worker threads, one at a
+      time per connection, so create it with ``check_same_thread=False``; each write is its own
+      ``BEGIN IMMEDIATE`` transaction, so leave no transaction open on it while the mailbox is
+      in use, and do not use it from other threads at the same time.
+    """
+    where = "create_sqlite_mailbox()"
+    if (path is None) == (database is None):
+        raise OptionError(
+            f"{where}: give exactly one of path= (a file) or database= (a connection)"
+        )
+    _check_table(table, where)
+    if database is not None:
+        return _SqliteMailbox(table, database=_check_database(database, where))
+    return _SqliteMailbox(table, path=Path(path or ""))
 
 
 class _PostgresMailbox:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 
 import pytest
@@ -29,6 +30,46 @@ async def test_memory_mailbox_conformance():
 
 async def test_sqlite_mailbox_conformance(tmp_path):
     await check_mailbox_conformance(lambda: create_sqlite_mailbox(path=tmp_path / "team.db"))
+
+
+async def test_sqlite_mailbox_over_a_host_connection(tmp_path):
+    """The host keeps its connection: the mailbox uses it (its table in that database) and
+    never closes it."""
+    conn = sqlite3.connect(tmp_path / "host.db", check_same_thread=False)
+    try:
+        conn.execute("CREATE TABLE host_notes (note TEXT)")
+        conn.commit()
+        # a new mailbox object per call, all over the one connection
+        await check_mailbox_conformance(lambda: create_sqlite_mailbox(database=conn))
+        count = conn.execute("SELECT count(*) FROM lattice_team_messages").fetchone()[0]
+        assert count > 0  # the messages live in the host's database
+        conn.execute("INSERT INTO host_notes VALUES ('still mine')")
+        conn.commit()
+        assert conn.execute("SELECT note FROM host_notes").fetchall() == [("still mine",)]
+        # another process (a file-path mailbox) sees the same messages
+        reader = create_sqlite_mailbox(path=tmp_path / "host.db")
+        assert len(await reader.inbox("eng::researcher")) == 2
+    finally:
+        conn.close()
+
+
+def test_sqlite_mailbox_arguments(tmp_path):
+    with pytest.raises(OptionError, match=r"exactly one of path= .* or database="):
+        create_sqlite_mailbox()
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    with pytest.raises(OptionError, match=r"exactly one of path= .* or database="):
+        create_sqlite_mailbox(path=tmp_path / "x.db", database=conn)
+    with pytest.raises(OptionError, match=r"database must be a sqlite3\.Connection; got str"):
+        create_sqlite_mailbox(database=str(tmp_path / "x.db"))  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="table must be a lowercase SQL identifier"):
+        create_sqlite_mailbox(database=conn, table="Bad Table")
+    pinned = sqlite3.connect(":memory:")  # check_same_thread=True by default
+    with pytest.raises(OptionError, match="check_same_thread=False"):
+        create_sqlite_mailbox(database=pinned)
+    pinned.close()
+    conn.close()
+    with pytest.raises(OptionError, match="database is not usable: Cannot operate on a closed"):
+        create_sqlite_mailbox(database=conn)
 
 
 async def test_workflow_mailbox_conformance(lattice_runtime):
