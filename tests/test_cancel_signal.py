@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import anyio
 import pytest
 
-from agent_lattice import OptionError, ToolResult, tool
-from agent_lattice.testing import Script, hang, text, tool_use
+from agent_lattice import OptionError, ToolResult, create_team, team_member, tool
+from agent_lattice.testing import Script, hang, message, slow, text, tool_use, tool_use_block
 
-from conftest import Expr, make_calculator
+from conftest import Expr, by_agent, make_calculator, named_agent
 
 
 def _blocking_tool(started: asyncio.Event, cancelled: list[str]):
@@ -28,7 +29,8 @@ def _blocking_tool(started: asyncio.Event, cancelled: list[str]):
     return tool("slow", "Slow", Expr, slow)
 
 
-async def test_signal_set_during_a_tool_call_aborts_prompt(make_agent, fake_anthropic):
+@pytest.mark.parametrize("event", [asyncio.Event, anyio.Event])
+async def test_signal_set_during_a_tool_call_aborts_prompt(make_agent, fake_anthropic, event):
     started, cancelled = asyncio.Event(), []
     fake_anthropic.set_handler(
         Script(
@@ -38,7 +40,7 @@ async def test_signal_set_during_a_tool_call_aborts_prompt(make_agent, fake_anth
         )
     )
     agent = make_agent(tools=[make_calculator(), _blocking_tool(started, cancelled)])
-    signal = asyncio.Event()
+    signal = event()
 
     async def host() -> None:
         await started.wait()
@@ -140,3 +142,49 @@ async def test_a_signal_that_is_not_event_like_is_an_option_error(make_agent):
         await agent.prompt("x", signal="stop")  # type: ignore[arg-type]
     # nothing was started: the session is free
     assert not agent.interrupt()
+
+
+async def test_signal_aborts_a_team_query(fake_anthropic, lattice_runtime):
+    signal = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def member(request):  # the host sets the signal while the member works
+        loop.call_soon_threadsafe(signal.set)
+        return slow(text("late"), delay=60)
+
+    fake_anthropic.set_handler(
+        by_agent(
+            lead=Script(
+                message(
+                    [tool_use_block("a", {"mode": "handoff", "task": "forever"})],
+                    stop_reason="tool_use",
+                ),
+                text("unused"),
+            ),
+            a=member,
+        )
+    )
+    team = create_team(
+        name="t",
+        lead=named_agent(fake_anthropic, "lead"),
+        members=[team_member(name="a", agent=named_agent(fake_anthropic, "a"))],
+    )
+    result = await asyncio.wait_for(team.prompt("go", signal=signal), 40)
+    assert result.subtype == "error_abort" and result.is_error
+    assert sum("You are lead." in (r.system or "") for r in fake_anthropic.requests) == 1
+
+
+async def test_a_signal_set_already_aborts_a_team_query(fake_anthropic, lattice_runtime):
+    fake_anthropic.set_handler(by_agent(lead=Script(text("unused"))))
+    team = create_team(
+        name="t",
+        lead=named_agent(fake_anthropic, "lead"),
+        members=[team_member(name="a", agent=named_agent(fake_anthropic, "a"))],
+    )
+    signal = asyncio.Event()
+    signal.set()
+    result = await asyncio.wait_for(team.prompt("go", signal=signal), 40)
+    assert result.subtype == "error_abort" and result.is_error
+    # the team is told at its start and tells its lead once the lead runs: at most the
+    # lead's first request, abandoned
+    assert len(fake_anthropic.requests) <= 1

@@ -186,6 +186,9 @@ class QueryRun:
             runtime.bind_query_tracer(agent.session_id, self.tracer, self.workflow_id)
             self._traced_on = runtime
             run_input.traced = True
+        # a signal set already: the run starts aborted (a plain query: before any model
+        # request; a team's lead is told as soon as it starts)
+        aborted = "abort" if self.signal is not None and self.signal.is_set() else None
         if self.team is not None:
             # the team runtime is the parent; the lead's query (this workflow id) its child
             team = self.team
@@ -203,14 +206,13 @@ class QueryRun:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"team {team.name} · lead {agent.name}",
                 result_type=AgentRunOutput,
+                start_signal=aborted,
             )
         else:
-            # a signal set already: the run starts aborted, before any model request
-            aborted = self.signal is not None and bool(self.signal.is_set())
             self._handle = await runtime.client.start_workflow(
                 "AgentWorkflow",
                 run_input,
-                start_signal="abort" if aborted else None,
+                start_signal=aborted,
                 id=self.workflow_id,
                 task_queue=runtime.task_queue_for(agent),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
