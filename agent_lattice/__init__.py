@@ -7,7 +7,13 @@ activities, so a conversation survives a crashed process, worker or server.
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
 from ._batches import BatchPolicyRequest, ToolCallInfo
 from ._compaction import DEFAULT_COMPACTION_PROMPT
-from ._delegation import DelegationInput, agent_tool, delegate_tool
+from ._delegation import (
+    DelegationInput,
+    ObservationSupport,
+    ObserveRequest,
+    agent_tool,
+    delegate_tool,
+)
 from ._errors import (
     AbortError,
     AgentRunError,
@@ -140,6 +146,8 @@ __all__ = [
     "ModelMessage",
     "ModelRequest",
     "ModelRequestContext",
+    "ObservationSupport",
+    "ObserveRequest",
     "OptionError",
     "OutputSchema",
     "PermissionRequest",

@@ -10,11 +10,11 @@ target runs as a Temporal **child workflow** of the parent's query; a host-defin
 
 from __future__ import annotations
 
-import dataclasses
+import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Unpack
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Unpack, runtime_checkable
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -35,7 +35,9 @@ __all__ = [
     "delegation_targets",
 ]
 
-_OPTIONS = frozenset({"description", "output_schema", "input_schema", "map_input", "metadata"})
+_OPTIONS = frozenset(
+    {"description", "output_schema", "input_schema", "map_input", "metadata", "observer"}
+)
 
 INVALID_OUTPUT = "child_output_invalid"
 
@@ -66,6 +68,26 @@ class DelegationInput(BaseModel):
 
 
 @dataclass(frozen=True)
+class ObserveRequest:
+    """A ``mode: "observe"`` call, as a host runtime's observation support sees it."""
+
+    target: str  # the agent (or member) observed
+    task: str
+    input: dict[str, Any]  # the call's whole input
+    team: str | None = None  # set for a team's member tools
+    member: str | None = None
+
+
+@runtime_checkable
+class ObservationSupport(Protocol):
+    """What a host runtime provides to answer ``mode: "observe"`` (seeds: observe reports
+    unsupported unless a host runtime provides observation support). ``observe`` may be sync
+    or async and returns the tool result's text, or a :class:`ToolResult`."""
+
+    def observe(self, request: ObserveRequest) -> Any: ...
+
+
+@dataclass(frozen=True)
 class Delegation:
     """What an agent tool delegates to, and how its answer is checked."""
 
@@ -79,6 +101,40 @@ class Delegation:
     member: str | None = None
     # a member that is itself a team: its calls run that team's TeamWorkflow
     inner_team: Any = None
+    # the host runtime's observation support (mode "observe"); None: observe_unsupported
+    observer: ObservationSupport | None = None
+
+    async def observed(self, parsed: Any) -> ToolResult | None:
+        """The answer to a ``mode: "observe"`` call from the host's observation support;
+        None when the call is not one, or no support is given (``prompt_of`` answers it)."""
+        if (
+            self.observer is None
+            or not isinstance(parsed, DelegationInput)
+            or parsed.mode != "observe"
+        ):
+            return None
+        request = ObserveRequest(
+            target=self.target_name,
+            task=parsed.task,
+            input=parsed.model_dump(mode="json"),
+            team=self.team,
+            member=self.member,
+        )
+        try:
+            answer = self.observer.observe(request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as err:  # the host's code failing: the model hears it, the loop goes on
+            return ToolResult(content=f"observe failed: {type(err).__name__}: {err}", is_error=True)
+        if isinstance(answer, ToolResult):
+            return answer
+        if isinstance(answer, str):
+            return ToolResult(content=answer)
+        return ToolResult(
+            content=f"observe failed: observe() returned {type(answer).__name__}, "
+            "not a string or a ToolResult",
+            is_error=True,
+        )
 
     @property
     def target_name(self) -> str:
@@ -220,8 +276,14 @@ def delegate_tool(
 
 
 def _delegation_tool(
-    factory: str, name: str, target: Any, opts: dict[str, Any]
+    factory: str,
+    name: str,
+    target: Any,
+    opts: dict[str, Any],
+    member_of: Mapping[str, Any] | None = None,
 ) -> ToolDefinition[Any]:
+    """The tool; ``member_of``: the team fields of a team's member tool (``team``,
+    ``member``, ``inner_team``), set on the Delegation its handler uses too."""
     from ._agent import Agent, AgentConfig, AgentLike, AgentSpec
 
     where = f'{factory}("{name}"):'
@@ -262,12 +324,17 @@ def _delegation_tool(
         output_schema=schema,
         output_validator=validator,
         map_input=map_input,
+        observer=check_observer(opts.get("observer"), where),
+        **(member_of or {}),
     )
 
     async def run_adapter(parsed: Any) -> ToolResult:
         """An AgentLike adapter runs inside this tool's activity (it heartbeats)."""
         # sessions and specs run as child workflows: only an adapter's call reaches here
         assert not isinstance(target, AgentSpec)
+        observed = await delegation.observed(parsed)
+        if observed is not None:
+            return observed
         prompt = delegation.prompt_of(parsed)
         if isinstance(prompt, ToolResult):
             return prompt
@@ -289,7 +356,19 @@ def _delegation_tool(
     )
 
 
-def member_tool(team: str, member: Any, *, inner_team: Any = None) -> ToolDefinition[Any]:
+def check_observer(value: Any, where: str) -> ObservationSupport | None:
+    """``observer=``: an object with ``observe(request)`` (checked at assembly)."""
+    if value is not None and not isinstance(value, ObservationSupport):
+        raise OptionError(
+            f"{where} observer must provide observe(request) (ObservationSupport); "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+def member_tool(
+    team: str, member: Any, *, inner_team: Any = None, observer: Any = None
+) -> ToolDefinition[Any]:
     """The lead's tool for one team member (``ask`` now, or ``handoff`` to the runtime);
     ``inner_team``: the member is that team (its calls run that team's TeamWorkflow)."""
     focus = [f"Ask or hand work to {member.name!r}, a member of team {team!r}"]
@@ -304,11 +383,13 @@ def member_tool(team: str, member: Any, *, inner_team: Any = None) -> ToolDefini
         "before your next turn."
     )
     target = inner_team.lead if inner_team is not None else member.agent
-    definition = _delegation_tool("team_member", member.name, target, {"description": description})
-    delegation = dataclasses.replace(
-        definition.delegation, team=team, member=member.name, inner_team=inner_team
+    return _delegation_tool(
+        "team_member",
+        member.name,
+        target,
+        {"description": description, "observer": observer},
+        member_of={"team": team, "member": member.name, "inner_team": inner_team},
     )
-    return dataclasses.replace(definition, delegation=delegation)
 
 
 def _description(given: Any, delegation: Delegation, *, typed: bool) -> str:

@@ -106,6 +106,8 @@ class AgentToolOptions(TypedDict, total=False):
     # (typed input) -> the prompt string for the target
     map_input: Callable[[Any], Any] | None
     metadata: Mapping[str, Any] | None
+    # the host runtime's answer to mode "observe" (an object with observe(request))
+    observer: Any
 
 
 class DelegateToolOptions(AgentToolOptions, total=False):

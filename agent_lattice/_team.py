@@ -68,7 +68,7 @@ def team_of(lead: Any) -> Team | None:
 
 
 _TEAM_OPTIONS = frozenset(
-    {"name", "lead", "members", "mailbox", "runner", "expose_lead_mailbox_tools"}
+    {"name", "lead", "members", "mailbox", "runner", "expose_lead_mailbox_tools", "observer"}
 )
 _MEMBER_OPTIONS = frozenset({"name", "role", "focus", "agent"})
 _RUNNER_OPTIONS = frozenset({"max_concurrent_work_items"})
@@ -254,9 +254,10 @@ def create_team(**options: Any) -> Team:
     """A team: ``name``, ``lead`` (an Agent), ``members`` (``team_member(...)``), ``mailbox``
     (default: ``create_workflow_mailbox(name)``, kept by Temporal; the TeamWorkflow keeps a
     run's own work durable whatever the backend),
-    ``runner={"max_concurrent_work_items": N}`` (default 1), ``expose_lead_mailbox_tools``."""
+    ``runner={"max_concurrent_work_items": N}`` (default 1), ``expose_lead_mailbox_tools``,
+    ``observer`` (the host runtime's observation support for members' ``mode: "observe"``)."""
     from ._agent import Agent
-    from ._delegation import member_tool
+    from ._delegation import check_observer, member_tool
 
     check_options("TeamOptions", options, _TEAM_OPTIONS)
     name = options.get("name")
@@ -303,8 +304,14 @@ def create_team(**options: Any) -> Team:
     # host's Agent keeps its tools), a spec in every session it spawns (before the lead's
     # member tools capture the targets)
     team.members = tuple(_with_mailbox_tools(team, m) for m in members)
+    observer = check_observer(options.get("observer"), f"create_team({name!r}):")
     tools = [
-        member_tool(name, m, inner_team=m.agent if isinstance(m.agent, Team) else None)
+        member_tool(
+            name,
+            m,
+            inner_team=m.agent if isinstance(m.agent, Team) else None,
+            observer=observer,
+        )
         for m in team.members
     ]
     if options.get("expose_lead_mailbox_tools"):

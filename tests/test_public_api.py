@@ -50,6 +50,8 @@ PUBLIC = {
         "ContextTracer",
         "DelegateToolOptions",
         "DelegationInput",
+        "ObservationSupport",
+        "ObserveRequest",
         "DevServer",
         "DrainResult",
         "ErrorInfo",

@@ -76,7 +76,8 @@ class DelegationActivities(ActivitiesBase):
                 parent.workspace or ".", [parent.workspace] if parent.workspace else []
             ).with_grants(input.workspace_grants)
             accepted, refused = delegation.grants_of(parsed, writable.covers)
-            prompt = delegation.prompt_of(parsed, refused)
+            observed = await delegation.observed(parsed)  # the host's observation support
+            prompt = observed or delegation.prompt_of(parsed, refused)
         except (ValueError, TypeError) as err:
             return await refuse(
                 ToolResult(content=f"Invalid input for tool {use.name!r}: {err}", is_error=True)
