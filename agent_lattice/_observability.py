@@ -24,11 +24,13 @@ from ._tracing import ContextTracer, TraceEvent
 __all__ = ["create_langfuse_context_tracer", "create_langsmith_context_tracer"]
 
 _NAMESPACE = uuid.UUID("6f0c7f1e-3b7a-4d0e-9a55-5c1e0a7a1a77")
+_ENDED_TEAMS_KEPT = 256
 
 
 @dataclass
 class _OpenRun:
     root: Any = None
+    team: Any = None  # a team query's root: the lead's run is beneath it
     start: dict[str, Any] = field(default_factory=dict)
     children: dict[str, Any] = field(default_factory=dict)
 
@@ -36,7 +38,16 @@ class _OpenRun:
 class _Backend:
     """One vendor's way to open and close runs."""
 
-    def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
+    def root(
+        self,
+        event: TraceEvent,
+        name: str,
+        inputs: dict[str, Any],
+        resumed: bool,
+        *,
+        team: bool = False,
+    ) -> Any:
+        """A query's root run (``team``: the root standing for a whole team query)."""
         raise NotImplementedError
 
     def child(
@@ -44,8 +55,17 @@ class _Backend:
     ) -> Any:
         raise NotImplementedError
 
-    def nested(self, anchor: Any, event: TraceEvent, name: str, inputs: dict[str, Any]) -> Any:
-        """A delegated run's root, beneath the run (or tool call) that delegated it."""
+    def nested(
+        self,
+        anchor: Any,
+        event: TraceEvent,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        team: bool = False,
+    ) -> Any:
+        """A delegated run's root, beneath the run (or tool call) that delegated it; also a
+        team's lead run beneath its team's root."""
         raise NotImplementedError
 
     def end(
@@ -63,6 +83,8 @@ class _RunMapper:
     def __init__(self, backend: _Backend) -> None:
         self._backend = backend
         self._runs: dict[str, _OpenRun] = {}
+        # ended team leads' team roots: work handed off may still report after the lead ends
+        self._ended_teams: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def on_event(self, event: TraceEvent) -> None:
@@ -76,6 +98,14 @@ class _RunMapper:
             name = run.start.get("agent") or event.source
             merged = {**run.start, **(inputs or {})}
             anchor = self._anchor(run.start.get("parent"))
+            team = run.start.get("team")
+            if team is not None:  # a team query: the team is the root, its lead beneath
+                run.team = (
+                    self._backend.nested(anchor, event, str(team), merged, team=True)
+                    if anchor is not None
+                    else self._backend.root(event, str(team), merged, resumed, team=True)
+                )
+                anchor = run.team
             run.root = (
                 self._backend.nested(anchor, event, name, merged)
                 if anchor is not None
@@ -90,7 +120,9 @@ class _RunMapper:
             return None
         delegating = self._runs.get(str(parent.get("run_id")))
         if delegating is None or delegating.root is None:
-            return None  # traced elsewhere (another process, or a tracer of its own)
+            # a team's lead that has ended: beneath its team; else traced elsewhere (another
+            # process, or a tracer of its own)
+            return self._ended_teams.get(str(parent.get("run_id")))
         call = delegating.children.get(f"tool/{parent.get('tool_use_id')}")
         return call if call is not None else delegating.root
 
@@ -132,6 +164,11 @@ class _RunMapper:
             error = None if subtype == "success" else f"{subtype}: {data.get('result')}"
             outputs = {k: data.get(k) for k in ("subtype", "result", "num_turns", "stop_reason")}
             backend.end(run.root, outputs, error=error, usage=data.get("usage"))
+            if run.team is not None:  # the lead's result is the team query's
+                backend.end(run.team, outputs, error=error, usage=data.get("usage"))
+                self._ended_teams[event.run_id] = run.team
+                while len(self._ended_teams) > _ENDED_TEAMS_KEPT:
+                    del self._ended_teams[next(iter(self._ended_teams))]
             self._runs.pop(event.run_id, None)
 
 
@@ -141,6 +178,17 @@ def _text(content: Any) -> str:
     if isinstance(content, Sequence):
         return "".join(b.get("text", "") for b in content if isinstance(b, Mapping))
     return str(content)
+
+
+def _metadata(event: TraceEvent, team: bool) -> dict[str, Any]:
+    """A root's metadata: the run it traces (for a team's root: the lead's, marked)."""
+    metadata: dict[str, Any] = {
+        "agent_session_id": event.session_id,
+        "lattice_run_id": event.run_id,
+    }
+    if team:
+        metadata["lattice_team"] = True
+    return metadata
 
 
 def _tracer(mapper: _RunMapper, backend: _Backend, fail_on_error: bool) -> ContextTracer:
@@ -165,26 +213,36 @@ def _strings(value: Any, what: str) -> list[str]:
 
 
 class _LangSmith(_Backend):
-    def __init__(self, client: Any, project_name: str | None, tags: list[str]) -> None:
+    def __init__(
+        self, client: Any, project_name: str | None, tags: list[str], parent: Any = None
+    ) -> None:
         from langsmith import RunTree
 
         self._run_tree = RunTree
         self._client = client
         self._project = project_name
         self._tags = tags
+        self._parent = parent
 
-    def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
+    def root(
+        self,
+        event: TraceEvent,
+        name: str,
+        inputs: dict[str, Any],
+        resumed: bool,
+        *,
+        team: bool = False,
+    ) -> Any:
         seed = f"{event.run_id}/resumed/{event.seq}" if resumed else event.run_id
-        metadata: dict[str, Any] = {
-            "agent_session_id": event.session_id,
-            "lattice_run_id": event.run_id,
-        }
+        metadata = _metadata(event, team)
         if resumed:
             metadata["resumed"] = True
         extra = {"metadata": metadata}
         kwargs: dict[str, Any] = {"project_name": self._project} if self._project else {}
+        if self._parent is not None:  # in the host's trace, and so in its project
+            kwargs = {"parent_run": self._parent, "project_name": self._parent.session_name}
         run = self._run_tree(
-            id=uuid.uuid5(_NAMESPACE, seed),
+            id=uuid.uuid5(_NAMESPACE, f"{seed}/team" if team else seed),
             name=name,
             run_type="chain",
             inputs=inputs,
@@ -196,15 +254,22 @@ class _LangSmith(_Backend):
         run.post()
         return run
 
-    def nested(self, anchor: Any, event: TraceEvent, name: str, inputs: dict[str, Any]) -> Any:
+    def nested(
+        self,
+        anchor: Any,
+        event: TraceEvent,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        team: bool = False,
+    ) -> Any:
+        seed = f"{event.run_id}/team" if team else event.run_id
         run = anchor.create_child(
             name,
             run_type="chain",
-            run_id=uuid.uuid5(_NAMESPACE, event.run_id),
+            run_id=uuid.uuid5(_NAMESPACE, seed),
             inputs=inputs,
-            extra={
-                "metadata": {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}
-            },
+            extra={"metadata": _metadata(event, team)},
             tags=list(self._tags),
         )
         run.post()
@@ -253,20 +318,36 @@ def create_langsmith_context_tracer(
     workspace_id: str | None = None,
     tags: Sequence[str] | None = None,
     client: Any = None,
+    parent: Any = None,
     fail_on_error: bool = False,
 ) -> ContextTracer:
     """One LangSmith root chain run per query; model turns as ``llm`` runs and tool calls as
     ``tool`` runs beneath it. Values default to LangSmith's environment variables
     (``LANGSMITH_API_KEY``, ``LANGSMITH_ENDPOINT``, ``LANGSMITH_PROJECT``,
     ``LANGSMITH_WORKSPACE_ID``); ``client`` injects a configured ``langsmith.Client``.
+    ``parent`` (a ``langsmith.RunTree`` of the host) puts each query's root run beneath it, in
+    the host's trace and project; its client posts the runs unless ``client`` is given.
     ``await tracer.close()`` before a short-lived process exits."""
     tag_list = _strings(tags, "create_langsmith_context_tracer()")
     try:
-        from langsmith import Client
+        from langsmith import Client, RunTree
     except ImportError:  # pragma: no cover - depends on the install
         raise ConfigurationError(
             'the LangSmith tracer needs the "langsmith" package: pip install "agent-lattice[langsmith]"'
         ) from None
+    if parent is not None:
+        if not isinstance(parent, RunTree):
+            raise OptionError(
+                "create_langsmith_context_tracer(): parent must be a langsmith RunTree; "
+                f"got {type(parent).__name__}"
+            )
+        if project_name is not None:
+            raise OptionError(
+                "create_langsmith_context_tracer(): pass either parent or project_name "
+                "(runs beneath a parent are in its project)"
+            )
+        if client is None and all(v is None for v in (api_key, api_url, workspace_id)):
+            client = parent.client
     if client is None:
         kwargs: dict[str, Any] = {
             "api_key": api_key,
@@ -278,7 +359,7 @@ def create_langsmith_context_tracer(
         raise OptionError(
             "create_langsmith_context_tracer(): pass either client or api_key/api_url/workspace_id"
         )
-    backend = _LangSmith(client, project_name, tag_list)
+    backend = _LangSmith(client, project_name, tag_list, parent)
     return _tracer(_RunMapper(backend), backend, fail_on_error)
 
 
@@ -289,43 +370,65 @@ def create_langsmith_context_tracer(
 class _Observation:
     span: Any
     kind: str
-    trace_name: str
+    trace_name: str | None
 
 
 class _Langfuse(_Backend):
-    def __init__(self, client: Any, trace_name: str | None, tags: list[str]) -> None:
+    def __init__(
+        self, client: Any, trace_name: str | None, tags: list[str], parent: Any = None
+    ) -> None:
         from langfuse import propagate_attributes
 
         self._client = client
         self._propagate = propagate_attributes
         self._trace_name = trace_name
         self._tags = tags
+        self._parent = parent
 
-    def _attributes(self, event: TraceEvent, trace_name: str) -> Any:
+    def _attributes(self, event: TraceEvent, trace_name: str | None) -> Any:
         return self._propagate(
             session_id=event.session_id, tags=self._tags or None, trace_name=trace_name
         )
 
-    def root(self, event: TraceEvent, name: str, inputs: dict[str, Any], resumed: bool) -> Any:
-        trace_name = self._trace_name or name
-        metadata: dict[str, Any] = {
-            "agent_session_id": event.session_id,
-            "lattice_run_id": event.run_id,
-        }
+    def root(
+        self,
+        event: TraceEvent,
+        name: str,
+        inputs: dict[str, Any],
+        resumed: bool,
+        *,
+        team: bool = False,
+    ) -> Any:
+        # beneath a host's observation the trace is the host's: named only when asked
+        trace_name = self._trace_name or (None if self._parent is not None else name)
+        metadata = _metadata(event, team)
         if resumed:
             metadata["resumed"] = True
         with self._attributes(event, trace_name):
-            span = self._client.start_observation(
-                trace_context={"trace_id": self._client.create_trace_id(seed=event.run_id)},
-                name=name,
-                as_type="chain",
-                input=inputs,
-                metadata=metadata,
-            )
+            if self._parent is not None:
+                span = self._parent.start_observation(
+                    name=name, as_type="chain", input=inputs, metadata=metadata
+                )
+            else:
+                span = self._client.start_observation(
+                    trace_context={"trace_id": self._client.create_trace_id(seed=event.run_id)},
+                    name=name,
+                    as_type="chain",
+                    input=inputs,
+                    metadata=metadata,
+                )
         return _Observation(span, "chain", trace_name)
 
-    def nested(self, anchor: Any, event: TraceEvent, name: str, inputs: dict[str, Any]) -> Any:
-        metadata = {"agent_session_id": event.session_id, "lattice_run_id": event.run_id}
+    def nested(
+        self,
+        anchor: Any,
+        event: TraceEvent,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        team: bool = False,
+    ) -> Any:
+        metadata = _metadata(event, team)
         with self._attributes(event, anchor.trace_name):
             span = anchor.span.start_observation(
                 name=name, as_type="chain", input=inputs, metadata=metadata
@@ -367,6 +470,7 @@ def create_langfuse_context_tracer(
     client: Any = None,
     tags: Sequence[str] | None = None,
     trace_name: str | None = None,
+    parent: Any = None,
     fail_on_error: bool = False,
 ) -> ContextTracer:
     """One Langfuse trace per query: the run is a root ``chain`` observation carrying the trace
@@ -374,13 +478,31 @@ def create_langfuse_context_tracer(
     ``generation`` observations, tool calls child ``tool`` observations. ``client`` is a
     ``langfuse.Langfuse`` (default: ``get_client()``, configured from ``LANGFUSE_PUBLIC_KEY``,
     ``LANGFUSE_SECRET_KEY``, ``LANGFUSE_BASE_URL``). ``await tracer.flush()``/``close()`` drains
-    the span exporter before a short-lived process exits."""
+    the span exporter before a short-lived process exits. ``parent`` (a span or other
+    observation the host started) puts each query's root observation beneath it, in the host's
+    trace (whose name stays the host's unless ``trace_name`` is given)."""
     tag_list = _strings(tags, "create_langfuse_context_tracer()")
     try:
-        from langfuse import get_client
+        import langfuse
     except ImportError:  # pragma: no cover - depends on the install
         raise ConfigurationError(
             'the Langfuse tracer needs the "langfuse" package: pip install "agent-lattice[langfuse]"'
         ) from None
-    backend = _Langfuse(client if client is not None else get_client(), trace_name, tag_list)
+    if parent is not None and not isinstance(parent, _langfuse_parents(langfuse)):
+        raise OptionError(
+            "create_langfuse_context_tracer(): parent must be a Langfuse span or observation "
+            f"(start_observation() / start_as_current_observation()); got {type(parent).__name__}"
+        )
+    backend = _Langfuse(
+        client if client is not None else langfuse.get_client(), trace_name, tag_list, parent
+    )
     return _tracer(_RunMapper(backend), backend, fail_on_error)
+
+
+def _langfuse_parents(langfuse: Any) -> tuple[type, ...]:
+    """The observation types that can hold children (an event ends as it starts)."""
+    names = ("Span", "Generation", "Agent", "Tool", "Chain", "Embedding", "Evaluator")
+    names += ("Retriever", "Guardrail")
+    return tuple(
+        getattr(langfuse, f"Langfuse{n}") for n in names if hasattr(langfuse, f"Langfuse{n}")
+    )

@@ -7,11 +7,12 @@ import json
 
 import pytest
 from langfuse import Langfuse
-from langsmith import Client
+from langsmith import Client, RunTree
 from opentelemetry.sdk.trace import TracerProvider
 
 from agent_lattice import (
     OptionError,
+    TraceEvent,
     create_composite_context_tracer,
     create_jsonl_context_tracer,
     create_langfuse_context_tracer,
@@ -20,6 +21,7 @@ from agent_lattice import (
     define_context_tracer,
     team_member,
 )
+from agent_lattice._observability import _Backend, _RunMapper
 from agent_lattice.testing import (
     FakeTracingServer,
     Script,
@@ -212,16 +214,23 @@ async def test_a_query_tracer_follows_the_team_into_its_members(
         team.lead.session_id,
         *(s["session_id"] for s in starts[1:]),
     }
-    # LangSmith: one root (the lead's run); the ask nests under its tool call, the handoff
+    # LangSmith: one root, the team (seeds: the root represents the complete Team
+    # invocation); the lead's run beneath it; the ask nests under its tool call, the handoff
     # (whose receipt already closed the call) under the lead's run
     runs = ingest.runs()
     (root,) = [r for r in runs.values() if not r.get("parent_run_id")]
-    assert root["name"] == "lead"
+    assert root["name"] == "traced" and root["run_type"] == "chain"
+    assert root["inputs"]["prompt"] == "Investigate." and root["outputs"]["result"] == "all done"
+    assert root["extra"]["metadata"]["lattice_team"] is True and root["end_time"] is not None
+    (lead,) = [r for r in runs.values() if r["name"] == "lead" and r["run_type"] == "chain"]
+    assert lead["parent_run_id"] == root["id"] and lead["outputs"]["result"] == "all done"
     helpers = [r for r in runs.values() if r["name"] == "helper" and r["run_type"] == "chain"]
     assert len(helpers) == 2
     parents = {runs[h["parent_run_id"]]["run_type"] for h in helpers}
     assert parents == {"tool", "chain"}
-    assert all(runs[h["parent_run_id"]]["trace_id"] == root["trace_id"] for h in helpers)
+    assert {runs[h["parent_run_id"]]["name"] for h in helpers} == {"helper", "lead"}
+    assert {r["trace_id"] for r in runs.values()} == {root["trace_id"]}
+    assert all(h["dotted_order"].startswith(lead["dotted_order"] + ".") for h in helpers)
     # the binding ends with the query: a later query without tracer= is not traced
     lines = len(jsonl.read_text().splitlines())
     fake_anthropic.set_handler(lambda r: text("plain"))
@@ -239,3 +248,166 @@ async def test_query_tracer_is_checked(make_agent, fake_anthropic, lattice_runti
             await agent.prompt("x", tracer=define_context_tracer(on_event=lambda e: None))
     finally:
         lattice_runtime.inline_workers = True
+
+
+async def test_langsmith_parent_puts_the_query_in_the_hosts_trace(
+    make_agent, fake_anthropic, ingest
+):
+    """A host's RunTree as parent: the agent's root run is its child, in its trace and project,
+    posted by its client."""
+    client = Client(api_url=ingest.url, api_key="ls-test-key", auto_batch_tracing=False)
+    host = RunTree(name="host-job", run_type="chain", ls_client=client, project_name="host-proj")
+    host.post()
+    tracer = create_langsmith_context_tracer(parent=host, tags=["ci"])
+    fake_anthropic.set_handler(tool_run_script())
+    agent = make_agent(name="nested-smith", tools=[make_calculator()], tracer=tracer)
+    try:
+        result = await agent.prompt("What is 2+2?")
+        host.end(outputs={"done": True})
+        host.patch()
+    finally:
+        await tracer.close()
+
+    assert result.subtype == "success"
+    runs = ingest.runs()
+    (top,) = [r for r in runs.values() if not r.get("parent_run_id")]
+    assert top["name"] == "host-job" and top["id"] == str(host.id)
+    (agent_run,) = [r for r in runs.values() if r["name"] == "nested-smith"]
+    assert agent_run["parent_run_id"] == top["id"]
+    assert agent_run["trace_id"] == str(host.trace_id)
+    assert agent_run["session_name"] == "host-proj" and agent_run["tags"] == ["ci"]
+    assert agent_run["dotted_order"].startswith(top["dotted_order"] + ".")
+    assert agent_run["outputs"]["result"] == "4" and agent_run["end_time"] is not None
+    children = [r for r in runs.values() if r.get("parent_run_id") == agent_run["id"]]
+    assert len(children) == 4
+    assert all(c["trace_id"] == str(host.trace_id) for c in children)
+
+
+async def test_langfuse_parent_puts_the_query_in_the_hosts_trace(
+    make_agent, fake_anthropic, ingest
+):
+    langfuse = Langfuse(
+        public_key="pk-lf-parent",  # a client of its own (Langfuse keeps one per key)
+        secret_key="sk-lf-test",
+        base_url=ingest.url,
+        flush_at=1000,
+        tracer_provider=TracerProvider(),
+    )
+    host = langfuse.start_observation(name="host-request", as_type="span")
+    tracer = create_langfuse_context_tracer(client=langfuse, parent=host, tags=["local-debug"])
+    fake_anthropic.set_handler(tool_run_script())
+    agent = make_agent(name="nested-fuse", tools=[make_calculator()], tracer=tracer)
+    try:
+        result = await agent.prompt("What is 2+2?")
+        host.end()
+        await tracer.flush()
+    finally:
+        langfuse.shutdown()
+
+    assert result.subtype == "success"
+    spans = {span.span_id: span for span in ingest.spans}
+    (top,) = [s for s in spans.values() if s.parent_span_id not in spans]
+    assert top.name == "host-request"
+    (root,) = [s for s in spans.values() if s.name == "nested-fuse"]
+    assert root.parent_span_id == top.span_id and root.trace_id == top.trace_id
+    assert attribute(root, "langfuse.observation.type") == "chain"
+    assert attribute(root, "session.id") == agent.session_id
+    assert attribute(root, "langfuse.trace.name") is None  # the trace stays the host's
+    assert {s.trace_id for s in spans.values()} == {top.trace_id}
+    assert len([s for s in spans.values() if s.parent_span_id == root.span_id]) == 4
+
+
+def test_tracer_parent_is_checked():
+    with pytest.raises(OptionError, match="parent must be a langsmith RunTree; got dict"):
+        create_langsmith_context_tracer(client=object(), parent={"id": "x"})
+    host = RunTree(name="host", run_type="chain", ls_client=object())
+    with pytest.raises(OptionError, match="either parent or project_name"):
+        create_langsmith_context_tracer(parent=host, project_name="p")
+    with pytest.raises(OptionError, match="parent must be a Langfuse span or observation"):
+        create_langfuse_context_tracer(client=object(), parent=host)
+
+
+async def test_langfuse_team_query_is_one_trace_rooted_at_the_team(
+    fake_anthropic, lattice_runtime, ingest
+):
+    langfuse = Langfuse(
+        public_key="pk-lf-team",  # a client of its own (Langfuse keeps one per key)
+        secret_key="sk-lf-test",
+        base_url=ingest.url,
+        flush_at=1000,
+        tracer_provider=TracerProvider(),
+    )
+    tracer = create_langfuse_context_tracer(client=langfuse)
+    fake_anthropic.set_handler(team_script())
+    team = create_team(
+        name="fused",
+        lead=named_agent(fake_anthropic, "lead"),
+        members=[team_member(name="helper", agent=named_agent(fake_anthropic, "helper"))],
+    )
+    try:
+        result = await team.prompt("Investigate.", tracer=tracer)
+        await tracer.flush()
+    finally:
+        langfuse.shutdown()
+
+    assert result.result == "all done"
+    spans = {span.span_id: span for span in ingest.spans}
+    (root,) = [s for s in spans.values() if s.parent_span_id not in spans]
+    assert root.name == "fused" and attribute(root, "langfuse.trace.name") == "fused"
+    (lead,) = [s for s in spans.values() if s.name == "lead"]
+    assert lead.parent_span_id == root.span_id
+    helpers = [
+        s
+        for s in spans.values()
+        if s.name == "helper" and attribute(s, "langfuse.observation.type") == "chain"
+    ]
+    assert len(helpers) == 2
+    assert {spans[h.parent_span_id].name for h in helpers} == {"helper", "lead"}
+    assert {s.trace_id for s in spans.values()} == {root.trace_id}
+
+
+def test_work_handed_off_after_the_lead_ended_stays_beneath_the_team():
+    """A handed-off member may report after its lead's run ended: it nests under the team."""
+    opened: list[tuple[str, str | None]] = []
+
+    class Recording(_Backend):
+        def root(self, event, name, inputs, resumed, *, team=False):
+            opened.append((name, None))
+            return name
+
+        def nested(self, anchor, event, name, inputs, *, team=False):
+            opened.append((name, anchor))
+            return name
+
+        def child(self, root, event, kind, name, inputs, model):
+            opened.append((name, root))
+            return name
+
+        def end(self, run, outputs, *, error=None, usage=None):
+            pass
+
+        def flush(self):
+            pass
+
+    mapper = _RunMapper(Recording())
+    seq = iter(range(100))
+
+    def emit(run_id, type, **data):
+        mapper.on_event(TraceEvent("s", run_id, next(seq), "x", type, data))
+
+    emit("lead-run", "run_start", agent="lead", team="crew", team_workflow_id="team-1")
+    emit("lead-run", "user_message", content="go")
+    emit("lead-run", "tool_use", id="t1", name="helper", input={})
+    emit("lead-run", "tool_result", tool_use_id="t1", content="handed off")
+    emit("lead-run", "result", subtype="success", result="done")
+    emit("m-run", "run_start", agent="helper", parent={"run_id": "lead-run", "tool_use_id": "t1"})
+    emit("m-run", "user_message", content="work")
+    emit("other", "run_start", agent="solo", parent={"run_id": "unknown", "tool_use_id": "t"})
+    emit("other", "user_message", content="x")
+    assert opened == [
+        ("crew", None),
+        ("lead", "crew"),
+        ("helper", "lead"),  # the tool call
+        ("helper", "crew"),
+        ("solo", None),
+    ]

@@ -71,4 +71,7 @@ class ToolActivities(ActivitiesBase):
             if "content_head" in data:  # a large prompt: read it from the transcript
                 last = (await self._transcripts.messages(data.pop("content_head")))[-1]
                 data["content"] = last.to_wire()["content"]
+            if item.type == "run_start" and "team_workflow_id" in data:  # name the team
+                team = self._registry.team_of(input.agent_key, input.session_id)
+                data["team"] = team.name if team is not None else agent.name
             await tracer.emit(item.type, **data)

@@ -184,6 +184,8 @@ class AgentWorkflow(ToolBatch, Delegating):
             }
             if input.trace_parent is not None:  # a delegated run: where it sits in the trace
                 start["parent"] = input.trace_parent.model_dump()
+            if input.team_workflow_id is not None:  # a team's lead: the team is its trace root
+                start["team_workflow_id"] = input.team_workflow_id
             try:
                 await self._trace(
                     [
