@@ -107,11 +107,9 @@ def _temporal_runtime() -> TemporalRuntime:
                 logging=LoggingConfig(filter=f"{errors},temporalio_client::retry=off")
             )
         )
-        # Never freed: at a script's end Core may still finish work (an RPC or a worker
-        # shutdown that the end abandoned) by calling into Python from its threads, which
-        # blocks for good once the interpreter finalizes; freeing the runtime during
-        # finalization waits for those threads, so the process would never exit
-        # (temporalio/sdk-python#300). Left alive, the threads end with the process.
+        # Never freed: Core may finish abandoned work (an RPC, a worker shutdown) after a
+        # script ends, blocking its thread on the GIL; freeing the runtime while Python
+        # finalizes waits for that thread forever (temporalio/sdk-python#300).
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(_TEMPORAL_RUNTIME))
     return _TEMPORAL_RUNTIME
 
@@ -342,12 +340,14 @@ class Runtime:
         stream = WorkflowStreamClient.create(self.client, workflow_id)
         items = stream.subscribe(MESSAGES_TOPIC, from_offset=from_offset, poll_cooldown=_cooldown())
         closed = asyncio.ensure_future(run_closed(self.client, workflow_id))
+        seen = from_offset  # the messages given so far
         try:
             # the run closing is watched: its stream's last read can wait ~30 s on a worker
             # that left with it (a query on the closed run); the record answers then
             while (item := await next_before_close(items, closed)) is not None:
                 message = await self.hydrated(SDK_MESSAGE.validate_python(item.data))
                 yield message
+                seen += 1
                 if isinstance(message, ResultMessage):
                     return
         except Exception as err:
@@ -357,7 +357,14 @@ class Runtime:
             log.debug("stream of %s unavailable: %s", workflow_id, err)
         finally:
             closed.cancel()
-        yield await self.outcome(workflow_id)
+        # every message not given yet (a tool result, the last reply), not the result alone
+        try:
+            rest = (await self._recorded_messages(workflow_id))[seen:]
+        except Exception as err:  # no agent run's record (a team's): its result alone
+            log.debug("record of %s unavailable: %s", workflow_id, err)
+            rest = []
+        for message in rest or [await self.outcome(workflow_id)]:
+            yield message
 
     async def _recorded_messages(self, workflow_id: str) -> list[SDKMessage]:
         """The durable messages of a closed run, rebuilt from its input and output."""
