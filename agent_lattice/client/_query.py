@@ -289,7 +289,7 @@ class QueryRun:
     async def messages(self) -> AsyncIterator[SDKMessage]:
         new_messages: list[ModelMessage] = []
         try:
-            runtime = self._runtime or self.agent.runtime or await get_default_runtime()
+            runtime = await self._prepared_runtime()
             # aclosing: when the caller stops early, the inner run must finish its clean-up
             # (ending the workflow, collecting completed turns) before on_done sees them.
             async with contextlib.aclosing(self._run(runtime, new_messages)) as run:
@@ -306,17 +306,13 @@ class QueryRun:
         from its history store, else from what Temporal holds of an earlier session) and
         the agent served."""
         runtime = self._runtime or self.agent.runtime or await get_default_runtime()
-        await self._load_session(runtime)
-        await runtime.ensure_worker(self.agent)
-        return runtime
-
-    async def _load_session(self, runtime: Runtime) -> None:
-        session = self.agent.session
+        agent, session = self.agent, self.agent.session
         if not session.loaded:
-            agent = self.agent
             await session.load(
                 await runtime.session_state(agent.name, agent.session_id, agent=agent)
             )
+        await runtime.ensure_worker(agent)
+        return runtime
 
     async def _finish(self, new_messages: list[ModelMessage]) -> None:
         """The session is free again and holds the query's messages."""
@@ -331,8 +327,6 @@ class QueryRun:
         self, runtime: Runtime, new_messages: list[ModelMessage]
     ) -> AsyncGenerator[SDKMessage, None]:
         agent = self.agent
-        await self._load_session(runtime)
-        await runtime.ensure_worker(agent)
         merge = Merge()
         producers = Producers(merge, runtime, agent.session_id, APPEARS_S)
         receiver = channel = None
