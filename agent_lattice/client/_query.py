@@ -257,7 +257,9 @@ class QueryRun:
                 # lands: follow the run's durable messages for it
                 follower = asyncio.create_task(self._follow(runtime))
             try:
-                output: AgentRunOutput = await runtime.watch.until_lost(self._handle.result())
+                output: AgentRunOutput = await runtime.watch.until_lost(
+                    self._handle.result(), from_server=True
+                )
             except RPCError as err:
                 runtime.watch.raise_if_lost(err)
                 raise

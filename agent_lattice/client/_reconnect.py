@@ -164,9 +164,11 @@ class ServerWatch:
         if unreachable(err):
             raise self.error(err) from err
 
-    async def until_lost(self, awaitable: Awaitable[T]) -> T:
+    async def until_lost(self, awaitable: Awaitable[T], *, from_server: bool = False) -> T:
         """``await awaitable``, unless the server has been unreachable for the reconnect limit
-        first: then :class:`ServerUnreachableError` (and the awaited call is cancelled)."""
+        first: then :class:`ServerUnreachableError` (and the awaited call is cancelled).
+        ``from_server``: the awaitable is a call to the server, so its answer means the server
+        is back (said at once, not at the next probe)."""
         if self.lost.is_set():
             raise self.error()
         waited = asyncio.ensure_future(awaitable)
@@ -179,7 +181,10 @@ class ServerWatch:
         finally:
             lost.cancel()
         if waited in done:
-            return waited.result()
+            result = waited.result()
+            if from_server:
+                self.up()
+            return result
         waited.cancel()
         raise self.error()
 
