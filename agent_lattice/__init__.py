@@ -5,6 +5,7 @@ activities, so a conversation survives a crashed process, worker or server.
 """
 
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
+from ._approvals import PendingApproval
 from ._batches import BatchPolicyRequest, ToolCallInfo
 from ._compaction import DEFAULT_COMPACTION_PROMPT
 from ._delegation import (
@@ -18,6 +19,7 @@ from ._errors import (
     AbortError,
     AgentRunError,
     APIError,
+    ApprovalError,
     ConcurrentQueryError,
     ConfigurationError,
     HistoryStoreError,
@@ -101,6 +103,8 @@ from .client import (
     Runtime,
     create_workflow_mailbox,
     get_default_runtime,
+    list_pending_approvals,
+    resolve_approval,
     set_default_runtime,
 )
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
@@ -122,6 +126,7 @@ __all__ = [
     "AgentSpec",
     "AgentToolOptions",
     "AnthropicModelClient",
+    "ApprovalError",
     "AssistantMessage",
     "BatchPolicyRequest",
     "ConcurrentQueryError",
@@ -150,6 +155,7 @@ __all__ = [
     "ObserveRequest",
     "OptionError",
     "OutputSchema",
+    "PendingApproval",
     "PermissionRequest",
     "ProviderError",
     "QueryOptions",
@@ -210,8 +216,10 @@ __all__ = [
     "define_history_store",
     "delegate_tool",
     "get_default_runtime",
+    "list_pending_approvals",
     "load_skill",
     "mailbox_id",
+    "resolve_approval",
     "set_default_runtime",
     "skill",
     "team_member",

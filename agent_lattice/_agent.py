@@ -14,6 +14,7 @@ from typing import Any, Protocol, Unpack, runtime_checkable
 from urllib.parse import urlsplit
 
 from . import _settings
+from ._approvals import check_decision
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
 from ._errors import ConcurrentQueryError, ConfigurationError, OptionError
@@ -25,7 +26,13 @@ from ._options import check_options
 from ._output_schema import OutputSchema
 from ._session import QueryRunner, Session
 from ._skills import Skill
-from ._tools import SUBMIT_OUTPUT_TOOL_NAME, ToolDefinition, check_tool_name, submit_output_tool
+from ._tools import (
+    SUBMIT_OUTPUT_TOOL_NAME,
+    ToolDefinition,
+    check_timeout,
+    check_tool_name,
+    submit_output_tool,
+)
 from ._tracing import ContextTracer
 from .providers import AnthropicModelClient, ModelClient
 
@@ -69,6 +76,7 @@ AGENT_OPTIONS = frozenset(
         "history_store",
         "auto_compact",
         "workspace",
+        "approval_timeout_s",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -84,6 +92,7 @@ QUERY_OPTIONS = frozenset(
         "permissions",
         "tracer",
         "signal",
+        "approval_timeout_s",
     }
 )
 REASONING_EFFORTS = ("low", "high", "max")
@@ -128,6 +137,7 @@ def check_request_options(kind: str, options: Mapping[str, Any]) -> None:
         isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0
     ):
         raise OptionError(f"{kind}: timeout must be a positive number of seconds; got {deadline!r}")
+    check_timeout(options.get("approval_timeout_s"), f"{kind}: approval_timeout_s")
     effort = options.get("reasoning_effort")
     if effort is not None and effort not in REASONING_EFFORTS:
         raise OptionError(
@@ -168,6 +178,8 @@ class AgentConfig:
     # False: no workspace (bare); a path: where the agent's workspace lives; a mapping: path,
     # env, sandbox, network (see _workspace.check_workspace_option)
     workspace: str | bool | dict[str, Any] | None = None
+    # an approval request undecided this long is denied ("approval timed out"); None: no limit
+    approval_timeout_s: float | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -245,6 +257,7 @@ class AgentConfig:
             history_store=check_history_store(options.get("history_store")),
             auto_compact=CompactionSettings.from_option(options.get("auto_compact")),
             workspace=_workspace(options.get("workspace")),
+            approval_timeout_s=options.get("approval_timeout_s"),
         )
 
     def fingerprint(self) -> str:
@@ -442,9 +455,27 @@ class Agent:
         """
         return await start_query(self, prompt, options).result()
 
+    async def start(
+        self, prompt: str | Sequence[Mapping[str, Any]], **options: Unpack[QueryOptions]
+    ) -> str:
+        """Start a query and return its workflow id at once, without following it: a worker
+        runs it, ``Runtime.durable_messages(id)`` or ``lattice attach`` reads it. This Agent
+        runs no other query (continue the session in a new Agent once the run ended)."""
+        return await start_query(self, prompt, options).detach()
+
     def interrupt(self) -> bool:
         """End the running query with ``interrupted``; False when no query is running."""
         return self.session.interrupt()
+
+    async def approve(self, approval_id: str, updated_input: dict[str, Any] | None = None) -> None:
+        """Allow a tool call of the running query (or of a run it delegated to) that waits
+        for approval; ``updated_input`` replaces the model's input (checked against the
+        tool's schema). Raises :class:`ApprovalError` when it cannot be applied."""
+        await self.session.decide(check_decision(approval_id, "allow", None, updated_input))
+
+    async def deny(self, approval_id: str, message: str | None = None) -> None:
+        """Deny a waiting tool call: the model gets an error tool_result with ``message``."""
+        await self.session.decide(check_decision(approval_id, "deny", message, None))
 
     async def get_history(self) -> list[ModelMessage]:
         """A copy of the conversation history."""

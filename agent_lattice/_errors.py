@@ -9,6 +9,8 @@ Every error the library raises derives from :class:`LatticeError`::
     │                          (an is_error tool result), callers of parse_input() get it (also a
     │                          ValueError)
     ├── ConcurrentQueryError   a second query() on an Agent that is still running one
+    ├── ApprovalError          a decision on a tool call's approval request that cannot be
+    │                          applied (unknown id, already decided, invalid updated input)
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
     │   └── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
     │                               than the reconnect limit
@@ -36,6 +38,7 @@ __all__ = [
     "APIError",
     "AbortError",
     "AgentRunError",
+    "ApprovalError",
     "ConcurrentQueryError",
     "ConfigurationError",
     "HistoryStoreError",
@@ -73,6 +76,12 @@ class TranscriptMissing(LatticeError, LookupError):
 
 class ConcurrentQueryError(LatticeError):
     """An Agent is one conversation: a second query while one runs is rejected."""
+
+
+class ApprovalError(LatticeError):
+    """A decision on an approval request could not be applied: no such pending request (an
+    unknown id, a run that ended), one already decided, or an ``updated_input`` the tool's
+    schema refuses. Nothing changed."""
 
 
 class ConfigurationError(LatticeError):

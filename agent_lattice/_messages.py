@@ -170,10 +170,15 @@ _LOCAL_FIELDS = {"content_ref", "input_error"}
 
 
 class SystemMessage(BaseModel):
-    """``init`` at query start (model, tools, session id); ``compaction`` after a compaction."""
+    """``init`` at query start (model, tools, session id); ``compaction`` after a compaction;
+    ``approval_request`` when a tool call waits for a person's decision (``approval_id``,
+    ``tool_name``, ``tool_input``, ``tool_use_id``, ``message``; ``agent`` and ``workflow_id``
+    name the run that waits, a delegated child's or a team member's included), and
+    ``approval_resolved`` once it was decided (``behavior``: allow, deny, timed_out,
+    cancelled)."""
 
     type: Literal["system"] = "system"
-    subtype: Literal["init", "compaction"] = "init"
+    subtype: Literal["init", "compaction", "approval_request", "approval_resolved"] = "init"
     session_id: str
     model: str | None = None
     tools: list[str] = Field(default_factory=list)
@@ -182,6 +187,12 @@ class SystemMessage(BaseModel):
     run_id: str | None = None
     compacted_messages: int | None = None
     usage: Usage | None = None
+    approval_id: str | None = None
+    tool_name: str | None = None
+    tool_input: Any = None
+    tool_use_id: str | None = None
+    message: str | None = None
+    behavior: str | None = None
 
 
 class StreamEventMessage(BaseModel):

@@ -77,6 +77,8 @@ class AgentOptions(TypedDict, total=False):
     auto_compact: bool | Mapping[str, Any] | None
     # False: none; a path; or {"path", "env", "sandbox", "network"}
     workspace: str | os.PathLike[str] | bool | Mapping[str, Any] | None
+    # seconds an approval request may wait before it is denied ("approval timed out")
+    approval_timeout_s: float | None
 
 
 class QueryOptions(TypedDict, total=False):
@@ -95,6 +97,8 @@ class QueryOptions(TypedDict, total=False):
     tracer: ContextTracer | None
     # set it (from another task) to end the query with error_abort; already set: no model request
     signal: QuerySignal | None
+    # this query's approval requests: denied when undecided this long (default: the agent's)
+    approval_timeout_s: float | None
 
 
 class AgentToolOptions(TypedDict, total=False):

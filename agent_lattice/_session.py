@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-from ._errors import ConcurrentQueryError
+from ._approvals import ApprovalDecision
+from ._errors import ApprovalError, ConcurrentQueryError
 from ._history import HistoryStore, QueryMirror, caught_up
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 
@@ -31,6 +32,10 @@ class QueryRunner(Protocol):
 
     def interrupt(self) -> bool: ...
 
+    async def decide(self, decision: ApprovalDecision) -> None: ...
+
+    async def detach(self) -> str: ...
+
 
 class _Taken:
     """A session taken by a query its parent's run controls (a delegated query): only the
@@ -38,6 +43,12 @@ class _Taken:
 
     def interrupt(self) -> bool:
         return False
+
+    async def decide(self, decision: ApprovalDecision) -> None:
+        raise ApprovalError(
+            "this agent's query is a delegated run: decide on its approval requests through "
+            "the agent that runs the top-level query, or resolve_approval(workflow_id, ...)"
+        )
 
 
 class TranscriptAppender(Protocol):
@@ -108,6 +119,16 @@ class Session:
         """End the running query with ``interrupted``; False when none runs (or its parent
         controls it)."""
         return self._run.interrupt() if self._run is not None else False
+
+    async def decide(self, decision: ApprovalDecision) -> None:
+        """Apply a decision on an approval request of the running query (or of a run it
+        delegated to)."""
+        if self._run is None:
+            raise ApprovalError(
+                f"no query is running on session {self.id!r}: decide with "
+                "resolve_approval(workflow_id, approval_id, ...) instead"
+            )
+        await self._run.decide(decision)
 
     async def load(self, resumed: tuple[list[ModelMessage], int] | None = None) -> None:
         """Before the first query: seed the history from the store, or else continue from

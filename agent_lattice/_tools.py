@@ -34,7 +34,9 @@ __all__ = [
 
 TInput = TypeVar("TInput")
 
-_TOOL_OPTIONS = frozenset({"is_concurrency_safe", "metadata", "cheap", "idempotent", "timeout_s"})
+_TOOL_OPTIONS = frozenset(
+    {"is_concurrency_safe", "metadata", "cheap", "idempotent", "timeout_s", "requires_approval"}
+)
 
 
 class ToolOptions(TypedDict, total=False):
@@ -45,6 +47,7 @@ class ToolOptions(TypedDict, total=False):
     cheap: bool
     idempotent: bool
     timeout_s: float | None
+    requires_approval: bool
 
 
 # what the Messages API accepts as a tool name (other names are a 400 on every request)
@@ -100,8 +103,9 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class PermissionRequest:
-    """What a ``permission`` callback decides on: return ``{"behavior": "allow"}`` or
-    ``{"behavior": "deny", "message": "..."}`` (sync or async)."""
+    """What a ``permission`` callback decides on: return ``{"behavior": "allow"}``,
+    ``{"behavior": "deny", "message": "..."}`` or ``{"behavior": "ask", "message": "..."}``
+    (the call waits for a person's decision; see ``requires_approval``), sync or async."""
 
     tool_name: str
     input: Any
@@ -142,6 +146,8 @@ class ToolDefinition(Generic[TInput]):
     idempotent: bool = False
     # seconds one attempt may take (None: the runtime's tool_timeout_s)
     timeout_s: float | None = None
+    # every call waits for a person's decision before it runs (see _approvals)
+    requires_approval: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -314,7 +320,9 @@ def tool(
     model), ``cheap`` (run as a local activity), ``idempotent`` (safe to run twice: a call cut
     off by a timeout or a lost worker is tried once more; otherwise the model is told the call
     did not finish), ``timeout_s`` (seconds one attempt may take; default the runtime's
-    ``tool_timeout_s``, 600).
+    ``tool_timeout_s``, 600), ``requires_approval`` (every call waits, durably, for a
+    person's decision before it runs: ``agent.approve()``/``agent.deny()``,
+    ``resolve_approval()`` from any process, or ``lattice approve``/``lattice deny``).
     """
     opts: dict[str, Any] = {**(options or {}), **kwargs}
     check_options("ToolOptions", opts, _TOOL_OPTIONS)
@@ -328,6 +336,11 @@ def tool(
     idempotent = opts.get("idempotent", False)
     if not isinstance(idempotent, bool):
         raise OptionError(f"tool({name!r}): idempotent must be True or False; got {idempotent!r}")
+    requires_approval = opts.get("requires_approval", False)
+    if not isinstance(requires_approval, bool):
+        raise OptionError(
+            f"tool({name!r}): requires_approval must be True or False; got {requires_approval!r}"
+        )
     return ToolDefinition(
         name=name,
         description=description,
@@ -339,6 +352,7 @@ def tool(
         cheap=bool(opts.get("cheap", False)),
         idempotent=idempotent,
         timeout_s=check_timeout(opts.get("timeout_s"), f"tool({name!r}): timeout_s"),
+        requires_approval=requires_approval,
     )
 
 

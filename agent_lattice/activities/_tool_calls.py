@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from .._approvals import ApprovalAsk
 from .._messages import ToolResultBlock
 from .._tools import ToolResult
+from ..workflows._approval_types import InputProblem, ToolInputCheck
 from ..workflows._contract import ActivityName
 from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInput, TraceInput
 from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
 from ._delegation import recorded_ask
-from ._tools import CallRecord, invalid_input, permission_denial, tool_context
+from ._tools import CallRecord, invalid_input, permission_verdict, tool_context
 
 
 class ToolActivities(ActivitiesBase):
@@ -30,27 +32,51 @@ class ToolActivities(ActivitiesBase):
             )
         ctx = tool_context(agent, input)
         tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
-        await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
         threads = self._threads.executor
         record = CallRecord(self._transcripts, ctx, idempotent=definition.idempotent)
 
-        async def invoke() -> ToolResult:
-            return await definition.invoke(use.input, ctx, executor=threads)
+        async def verdict() -> ToolResult | ApprovalAsk | None:
+            """None: run it. A call a person allowed runs without asking again."""
+            refused = invalid_input(use)
+            if refused is not None or input.approved:
+                return refused
+            said = await permission_verdict(agent, use.name, use.input, ctx, threads)
+            if said is None and definition.requires_approval:
+                return ApprovalAsk()
+            return said
 
         async def run() -> ToolResult:
-            refused = invalid_input(use) or await permission_denial(
-                agent, use.name, use.input, ctx, threads
-            )
-            if refused is not None:
-                return refused
+            async def invoke() -> ToolResult:
+                return await definition.invoke(use.input, ctx, executor=threads)
+
             delegation = definition.delegation
             if delegation is not None and delegation.kind == "adapter" and delegation.team:
                 return await recorded_ask(agent, delegation, use, invoke)  # a host member
             return await invoke()
 
         async with heartbeating(), quiet_when_abandoned():
-            result = await record.answer() or await record.run(run)
+            result = await record.answer()
+            decided = None if result is not None else await record.guard(verdict)
+            if isinstance(decided, ApprovalAsk):  # nothing ran: the run waits for a person
+                placeholder = ToolResultBlock(
+                    tool_use_id=use.id, content="awaiting approval", is_error=True
+                )
+                return ToolCallOutput(block=placeholder, approval=decided)
+            await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
+            result = result or decided or await record.run(run)
             return await self._settle(agent, use, result, tracer)
+
+    @activity.defn(name=ActivityName.CHECK_TOOL_INPUT)
+    async def check_tool_input(self, input: ToolInputCheck) -> InputProblem:
+        """An approval's ``updated_input`` against its tool's schema (a local activity)."""
+        definition = self._agent(input.agent_key, input.session_id).tool(input.tool_name)
+        if definition is None:
+            return InputProblem(problem=f"the agent has no tool {input.tool_name!r}")
+        try:
+            definition.parse_input(input.input)
+        except ValueError as err:
+            return InputProblem(problem=f"updated_input for {input.tool_name!r}: {err}")
+        return InputProblem()
 
     @activity.defn(name=ActivityName.TOOL_RESULT_HOOKS)
     async def tool_result_hooks(self, input: ToolResultsHookInput) -> list[ToolResultBlock]:

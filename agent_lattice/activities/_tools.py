@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from .._approvals import ApprovalAsk
 from .._errors import ConfigurationError
 from .._tools import PermissionRequest, ToolContext, ToolResult, run_off_loop
 from ..workflows._failures import WORKER_LOST, did_not_finish, past_timeout
@@ -28,7 +29,10 @@ __all__ = [
     "ToolThreads",
     "invalid_input",
     "permission_denial",
+    "permission_verdict",
 ]
+
+T = TypeVar("T")
 
 # sync tool handlers (and permission callbacks) a worker runs at once; more wait for a thread
 DEFAULT_TOOL_THREADS = 32
@@ -77,8 +81,23 @@ def invalid_input(use: ToolUseBlock) -> ToolResult | None:
 async def permission_denial(
     agent: Agent, tool_name: str, tool_input: object, ctx: ToolContext, executor: Executor
 ) -> ToolResult | None:
-    """Ask the host's permission callback; a denial becomes an error result for the model.
-    A sync callback runs in a tool thread (it may block, asking a human)."""
+    """Ask the host's permission callback; a denial becomes an error result for the model
+    (an ``ask`` too: an agent tool's call cannot wait for a person)."""
+    verdict = await permission_verdict(agent, tool_name, tool_input, ctx, executor)
+    if isinstance(verdict, ApprovalAsk):
+        message = verdict.message or "it needs a person's approval"
+        return ToolResult(
+            content=f"Permission to use {tool_name!r} was not given: {message}", is_error=True
+        )
+    return verdict
+
+
+async def permission_verdict(
+    agent: Agent, tool_name: str, tool_input: object, ctx: ToolContext, executor: Executor
+) -> ToolResult | ApprovalAsk | None:
+    """The host's permission callback on a call: None (allow), a denial as an error result
+    for the model, or an :class:`ApprovalAsk` (the call waits for a person's decision). A
+    sync callback runs in a tool thread (it may block)."""
     permission = agent.config.permission
     if permission is None:
         return None
@@ -93,18 +112,18 @@ async def permission_denial(
         ),
         executor=executor,
     )
-    behavior = (
-        decision.get("behavior")
-        if isinstance(decision, dict)
-        else getattr(decision, "behavior", None)
-    )
+
+    def field(name: str) -> Any:
+        if isinstance(decision, dict):
+            return decision.get(name)  # pyright: ignore[reportUnknownMemberType]
+        return getattr(decision, name, None)
+
+    behavior = field("behavior")
     if behavior == "allow":
         return None
-    message = (
-        decision.get("message")
-        if isinstance(decision, dict)
-        else getattr(decision, "message", None)
-    ) or (f"Permission to use {tool_name!r} was denied.")
+    if behavior == "ask":
+        return ApprovalAsk(message=field("message"))
+    message = field("message") or (f"Permission to use {tool_name!r} was denied.")
     return ToolResult(content=message, is_error=True)
 
 
@@ -153,7 +172,8 @@ class CallRecord:
         attempt that could run it: a failure around its handler (the permission callback, the
         record) is final, and the workflow tells the model the call did not finish."""
         key = self._key
-        try:
+
+        async def recorded() -> ToolResult:
             if self._marks_start:
                 await self._store.tool_call_started(key)
             result = await call()
@@ -163,13 +183,21 @@ class CallRecord:
             kept = None if result.end_turn else {"structured_result"}
             data = json.dumps(result.model_dump(mode="json", exclude=kept), ensure_ascii=False)
             await self._store.tool_call_finished(key, data)
+            return result
+
+        return await self.guard(recorded)
+
+    async def guard(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``; a failure of a tool that is not idempotent is final (no attempt that
+        could run the tool follows)."""
+        try:
+            return await call()
         except ApplicationError:
             raise
         except Exception as err:
             if self._idempotent:
                 raise
             raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
-        return result
 
 
 def _first_attempt_cut_off(info: activity.Info) -> str:

@@ -10,7 +10,7 @@ Temporal server could not be reached, or was lost); set ``LATTICE_DEBUG=1`` to s
 traceback instead.
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach, runs),
-``_team`` (team), ``_render`` (how messages look), ``_plumbing`` (consoles, exit codes,
+``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_render`` (how messages look), ``_plumbing`` (consoles, exit codes,
 logging, signals).
 """
 
@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import typer
 
+from ._approvals import approvals, approve, deny
 from ._render import Renderer
 from ._runs import attach, interrupt, run, runs
 from ._serve import dev, server_app, worker
@@ -39,7 +40,8 @@ app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, attach):
     app.command()(command)
 app.add_typer(team_app, name="team")
-app.command()(runs)
+for command in (runs, approvals, approve, deny):
+    app.command()(command)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

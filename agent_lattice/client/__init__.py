@@ -3,6 +3,7 @@
 from .._agent import register_query_runner
 from .._team import register_default_mailbox
 from ..workflows._types import ActivitySettings
+from ._approvals import list_pending_approvals, resolve_approval
 from ._mailbox import create_workflow_mailbox
 from ._query import QueryRun
 from ._runtime import Runtime, get_default_runtime, set_default_runtime
@@ -20,6 +21,8 @@ __all__ = [
     "Runtime",
     "create_workflow_mailbox",
     "get_default_runtime",
+    "list_pending_approvals",
+    "resolve_approval",
     "set_default_runtime",
     "temporal_binary",
 ]

@@ -17,7 +17,8 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
 from .. import _settings
-from .._errors import HistoryStoreError, HookError, OptionError, TracerError
+from .._approvals import ApprovalDecision
+from .._errors import ApprovalError, HistoryStoreError, HookError, OptionError, TracerError
 from .._history import QueryMirror
 from .._messages import (
     AssistantMessage,
@@ -25,6 +26,7 @@ from .._messages import (
     ModelMessage,
     ResultMessage,
     SDKMessage,
+    SystemMessage,
     UserMessage,
 )
 from .._option_types import QuerySignal
@@ -33,6 +35,7 @@ from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ._approvals import decide, find_approval
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
 from ._runtime import Runtime, get_default_runtime
@@ -84,6 +87,7 @@ class QueryRun:
         permissions: Mapping[str, Any] | None = None,
         tracer: ContextTracer | None = None,
         signal: QuerySignal | None = None,
+        approval_timeout_s: float | None = None,
     ) -> None:
         if signal is not None and not (
             callable(getattr(signal, "is_set", None)) and callable(getattr(signal, "wait", None))
@@ -93,6 +97,8 @@ class QueryRun:
                 f"awaitable wait()); got {type(signal).__name__}"
             )
         self.signal = signal
+        self.approval_timeout_s = approval_timeout_s
+        self._approvals: dict[str, str] = {}  # approval id -> its run, as the stream said
         self._watcher: asyncio.Task[None] | None = None  # aborts the run once signal is set
         if tracer is not None and not isinstance(tracer, ContextTracer):
             raise OptionError(
@@ -141,10 +147,32 @@ class QueryRun:
     def _send_interrupt(self) -> None:
         self._signals.append(asyncio.ensure_future(self._handle.signal("interrupt")))
 
+    async def decide(self, decision: ApprovalDecision) -> None:
+        """A decision on an approval request of this query or of a run beneath it."""
+        if self._handle is None or self._done:
+            raise ApprovalError(f"{self.agent.name}'s query is not running")
+        client = self._client  # the client the run was started with
+        workflow_id = self._approvals.get(decision.approval_id) or await find_approval(
+            client, decision.approval_id, self.workflow_id
+        )
+        if workflow_id is None:
+            raise ApprovalError(
+                f"no pending approval {decision.approval_id!r} in {self.workflow_id} or the "
+                "runs beneath it"
+            )
+        await decide(client, workflow_id, decision)
+
+    def _note(self, message: SDKMessage) -> None:
+        """Where each approval request of the stream waits (for :meth:`decide`)."""
+        if isinstance(message, SystemMessage) and message.subtype == "approval_request":
+            assert message.approval_id is not None and message.workflow_id is not None
+            self._approvals[message.approval_id] = message.workflow_id
+
     async def _start(self, runtime: Runtime, stream_to: str | None, channel: str | None) -> None:
         agent, config = self.agent, self.agent.config
         prompt_message = ModelMessage(role="user", content=self.prompt)
         session = agent.session
+        self._client = runtime.client
         self.mirror = session.mirror()
         if self.mirror is not None:
             # the prompt lands as the query starts; a store bound to fail that fails here
@@ -173,6 +201,7 @@ class QueryRun:
             context=self.context,
             deadline_s=self.deadline_s,
             workspace_grants=self.workspace_grants,
+            approval_timeout_s=self.approval_timeout_s,
         )
         if self.tracer is not None:
             if not runtime.inline_workers:
@@ -288,6 +317,14 @@ class QueryRun:
                 with contextlib.suppress(Exception):
                     await task
 
+    async def detach(self) -> str:
+        """Start the run and leave it to its workers (``agent.start()``): nothing is
+        followed from here. The session stays this run's: its messages are the session's
+        in Temporal, for a new Agent of the same session id to read."""
+        runtime = await self._prepared_runtime()
+        await self._start(runtime, None, None)
+        return self.workflow_id
+
     async def messages(self) -> AsyncIterator[SDKMessage]:
         new_messages: list[ModelMessage] = []
         try:
@@ -296,6 +333,7 @@ class QueryRun:
             # (ending the workflow, collecting completed turns) before on_done sees them.
             async with contextlib.aclosing(self._run(runtime, new_messages)) as run:
                 async for message in run:
+                    self._note(message)
                     yield message
         finally:
             self._done = True

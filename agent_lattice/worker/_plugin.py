@@ -103,6 +103,7 @@ class LatticePlugin(SimplePlugin):
                 activities.team_mailbox,
                 activities.tool_result_hooks,
                 activities.trace,
+                activities.check_tool_input,
             ]
             if activities
             else None,

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         next_step,
     )
     from . import _contract as contract
+    from ._approvals import Approvals
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
     from ._tool_batch import ToolBatch
@@ -69,7 +70,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating):
+class AgentWorkflow(ToolBatch, Delegating, Approvals):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -98,6 +99,7 @@ class AgentWorkflow(ToolBatch, Delegating):
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
         self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
         self._reports: dict[str, Report] = {}
+        self._init_approvals()
 
     @workflow.signal
     def interrupt(self) -> None:

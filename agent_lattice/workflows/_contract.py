@@ -22,6 +22,7 @@ from temporalio.workflow import ActivityCancellationType
 # ErrorKind (the types of the error results a failure maps to) lives beside ErrorInfo: the
 # loop's pure decisions read it too
 from .._messages import ErrorKind, ResultMessage, ToolResultBlock
+from ._approval_types import InputProblem, ToolInputCheck
 from ._types import (
     ActivitySettings,
     CompactInput,
@@ -53,6 +54,7 @@ __all__ = [
     "Preset",
     "adapter_preset",
     "call_tool",
+    "check_tool_input",
     "compact",
     "compaction_preset",
     "delegate_finish",
@@ -87,6 +89,7 @@ class ActivityName(StrEnum):
     TEAM_ADAPTER = "lattice.team_adapter"
     TEAM_REPORT = "lattice.team_report"
     TEAM_MAILBOX = "lattice.team_mailbox"
+    CHECK_TOOL_INPUT = "lattice.check_tool_input"
 
 
 class FailureType(StrEnum):
@@ -111,6 +114,8 @@ class FailureType(StrEnum):
     COMPACTION_FAILED = "CompactionFailed"
     # a team member's session is busy with another query (the start is retried)
     MEMBER_BUSY = "MemberBusy"
+    # a decision on an approval request was refused (an ApprovalError for its caller)
+    APPROVAL_REFUSED = "ApprovalError"
 
 
 # host code failed: the query stops (such a failure never becomes a tool result)
@@ -262,6 +267,12 @@ TEAM_REPORT = Preset(
     start_to_close=timedelta(seconds=60),
     retry=RetryPolicy(non_retryable_error_types=_final(FailureType.AGENT_NOT_REGISTERED)),
 )
+# an approval's updated_input against its tool's schema (the decision waits for it)
+CHECK_INPUT = Preset(
+    local=True,
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(non_retryable_error_types=_final(FailureType.AGENT_NOT_REGISTERED)),
+)
 # best effort: the team's own mailbox backend
 TEAM_MAILBOX = Preset(
     local=True, start_to_close=timedelta(seconds=30), retry=RetryPolicy(maximum_attempts=3)
@@ -360,3 +371,10 @@ async def mirror_mailbox(
     input: MailboxMirrorInput, preset: Preset = TEAM_MAILBOX, *, summary: str
 ) -> None:
     await _start(ActivityName.TEAM_MAILBOX, input, None, preset, summary)
+
+
+async def check_tool_input(
+    input: ToolInputCheck, preset: Preset = CHECK_INPUT, *, summary: str
+) -> InputProblem:
+    """What the tool's schema finds wrong with an updated input."""
+    return await _start(ActivityName.CHECK_TOOL_INPUT, input, InputProblem, preset, summary)

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from .._mailbox import TeamMessage
     from .._messages import ResultMessage, TeamAgentEvent, TeamMessageEvent
     from . import _contract as contract
+    from ._approval_types import ForwardedApproval
     from ._children import signal_quietly, start_child, start_query
     from ._types import (
         AdapterFinished,
@@ -85,6 +86,21 @@ class TeamWorkflow:
     @workflow.signal
     def abort(self) -> None:
         self._stop("abort")
+
+    @workflow.signal(name="approval_request")
+    def approval_request(self, forwarded: ForwardedApproval) -> None:
+        """An approval request of a run of this team: a member's goes to the lead (the team
+        query's stream), the lead's on to the run this team works for, if any."""
+        if forwarded.via != self._input.lead_workflow_id:
+            self._to_lead("approval_request", forwarded.model_copy(update={"via": ""}))
+            return
+        parent = workflow.info().parent
+        if parent is not None:
+            handle = workflow.get_external_workflow_handle(parent.workflow_id)
+            onward = forwarded.model_copy(update={"via": workflow.info().workflow_id})
+            self._tasks.add(
+                asyncio.ensure_future(signal_quietly(handle, "approval_request", onward))
+            )
 
     @workflow.query
     def mailbox(self) -> list[TeamMessage]:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from .._approvals import ApprovalAsk
 from .._batches import BatchDecision
 from .._mailbox import TeamMessage
 from .._messages import (
@@ -103,6 +104,8 @@ class AgentRef(BaseModel):
     # tools marked idempotent (a call cut off is tried once more) and per-tool timeouts
     idempotent_tools: list[str] = Field(default_factory=list)
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
+    # the agent's default limit on how long an approval request waits (None: none)
+    approval_timeout_s: float | None = None
 
 
 class ActivitySettings(BaseModel):
@@ -191,6 +194,8 @@ class AgentRunInput(BaseModel):
     # and, for a delegated run, the run and tool call it was delegated from
     traced: bool = False
     trace_parent: TraceParent | None = None
+    # the query's limit on how long an approval request waits (None: the agent's)
+    approval_timeout_s: float | None = None
 
 
 class AgentRunOutput(BaseModel):
@@ -244,6 +249,8 @@ class ToolCallInput(BaseModel):
     context: Any = None
     trace_seq: int = 0
     workspace_grants: list[str] = Field(default_factory=list)
+    # a person allowed this call: it runs without the permission callback or approval again
+    approved: bool = False
 
 
 class ToolResultsHookInput(BaseModel):
@@ -278,6 +285,8 @@ class ToolCallOutput(BaseModel):
     block: ToolResultBlock
     end_turn: bool = False
     structured_result: Any = None
+    # the call did not run: it waits for a person's decision (``block`` is a placeholder)
+    approval: ApprovalAsk | None = None
 
 
 class CompactInput(BaseModel):

@@ -1,0 +1,111 @@
+"""Approval requests from any process: list the tool calls that wait for a person, decide.
+
+A run keeps its waiting requests in its memo, so listing needs no worker (a run whose
+workers are all down is listed too); a decision is an update of the run that waits, applied
+by the run's worker (it waits for one to come back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from .. import _settings
+from .._approvals import APPROVAL_MEMO, ApprovalDecision, PendingApproval, check_decision
+from .._errors import ApprovalError
+from ._runtime import Runtime, get_default_runtime
+
+__all__ = ["find_approval", "list_pending_approvals", "resolve_approval"]
+
+RUNNING_RUNS = "WorkflowType = 'AgentWorkflow' AND ExecutionStatus = 'Running'"
+
+
+async def resolve_approval(
+    workflow_id: str,
+    approval_id: str,
+    behavior: str = "allow",
+    message: str | None = None,
+    updated_input: dict[str, Any] | None = None,
+    *,
+    runtime: Runtime | None = None,
+) -> None:
+    """Decide on the approval request ``approval_id`` of the run ``workflow_id`` (as the
+    ``approval_request`` message or ``list_pending_approvals()`` names them), from any
+    process: ``allow`` runs the tool (with ``updated_input`` when given, checked against the
+    tool's schema), ``deny`` gives the model an error tool_result with ``message``. Raises
+    :class:`ApprovalError` when the decision cannot be applied (no such waiting request, one
+    already decided, an input the schema refuses): then nothing changed."""
+    decision = check_decision(approval_id, behavior, message, updated_input)
+    client = (runtime or await get_default_runtime()).client
+    await decide(client, workflow_id, decision)
+
+
+async def decide(client: Client, workflow_id: str, decision: ApprovalDecision) -> None:
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        await handle.execute_update("resolve_approval", decision, result_type=PendingApproval)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause or err
+        raise ApprovalError(getattr(cause, "message", None) or str(cause)) from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApprovalError(
+                f"no running query {workflow_id!r} (it ended, or never existed): no approval "
+                f"{decision.approval_id!r} waits there"
+            ) from None
+        raise
+
+
+async def list_pending_approvals(
+    workflow_id: str | None = None, *, runtime: Runtime | None = None
+) -> list[PendingApproval]:
+    """The tool calls waiting for a decision, oldest first: of the run ``workflow_id``, or of
+    every running query (of this ``LATTICE_TASK_QUEUE_PREFIX``). Each item names its
+    ``approval_id``, ``workflow_id``, ``agent``, ``tool_name``, ``tool_input``,
+    ``requested_at`` and ``message``. Read from the runs' memos: no worker needs to be up."""
+    client = (runtime or await get_default_runtime()).client
+    if workflow_id is not None:
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return []
+            raise
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return []
+        found = _pending(await description.memo_value(APPROVAL_MEMO, None))
+    else:
+        prefix = _settings.task_queue_prefix()
+        found = []
+        async for execution in client.list_workflows(RUNNING_RUNS):
+            if execution.task_queue.startswith(prefix):
+                found += _pending(await execution.memo_value(APPROVAL_MEMO, None))
+    return sorted(found, key=lambda p: p.requested_at)
+
+
+async def find_approval(client: Client, approval_id: str, *within: str) -> str | None:
+    """The run that holds ``approval_id``: looked for in the runs ``within`` first (their
+    memo is read from the run itself), then among every running query."""
+    for workflow_id in within:
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError:
+            continue
+        pending = _pending(await description.memo_value(APPROVAL_MEMO, None))
+        if any(p.approval_id == approval_id for p in pending):
+            return workflow_id
+    async for execution in client.list_workflows(RUNNING_RUNS):
+        pending = _pending(await execution.memo_value(APPROVAL_MEMO, None))
+        if any(p.approval_id == approval_id for p in pending):
+            return execution.id
+    return None
+
+
+def _pending(memo: Any) -> list[PendingApproval]:
+    return [PendingApproval.model_validate(item) for item in memo or []]

@@ -1,0 +1,210 @@
+# pyright: strict
+"""The approval part of AgentWorkflow: a tool call that waits for a person's decision.
+
+The wait is workflow state: no activity runs and no worker slot is held, so it lasts minutes
+or days, across worker restarts and the exit of the process that started the query. The run
+keeps its waiting requests in its memo (``APPROVAL_MEMO``, readable while no worker is up)
+and in its current details (the Temporal UI's "waiting for approval: <tool>"). A decision is a
+``resolve_approval`` update: its validator refuses an unknown or already decided id before
+anything is written, and an ``updated_input`` is checked against the tool's schema first.
+Each request is published on the run's stream and passed up to the parent run, so the
+top-level query's stream shows its children's and team members' requests too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from .._approvals import APPROVAL_MEMO, TIMED_OUT, ApprovalAsk
+    from .._messages import SystemMessage, ToolResultBlock, ToolUseBlock
+    from . import _contract as contract
+    from ._approval_types import (
+        ApprovalDecision,
+        ForwardedApproval,
+        PendingApproval,
+        ToolInputCheck,
+    )
+    from ._children import signal_quietly
+    from ._contract import FailureType
+    from ._types import AgentRunInput
+
+__all__ = ["Approvals"]
+
+
+class Approvals:
+    """AgentWorkflow's approval requests; :meth:`_init_approvals` sets its state."""
+
+    _input: AgentRunInput
+    _interrupted: bool
+    _aborted: bool
+    _pending_signals: list[asyncio.Task[None]]
+    _publish: Callable[[object], None]
+
+    def _init_approvals(self) -> None:
+        self._waiting: dict[str, PendingApproval] = {}
+        self._decisions: dict[str, ApprovalDecision] = {}
+        self._ended: dict[str, str] = {}  # approval id -> how it ended
+
+    @workflow.update(name="resolve_approval")
+    async def resolve_approval(self, decision: ApprovalDecision) -> PendingApproval:
+        """Decide on a waiting request: the tool runs (``allow``) or the model is told
+        (``deny``). Refused (an ``ApprovalError`` for the caller) for an unknown or already
+        decided id, or an ``updated_input`` the tool's schema does not accept."""
+        request = self._undecided(decision.approval_id)
+        if decision.updated_input is not None:
+            checked = await contract.check_tool_input(
+                ToolInputCheck(
+                    agent_key=self._input.agent.key,
+                    session_id=self._input.session_id,
+                    tool_name=request.tool_name,
+                    input=decision.updated_input,
+                ),
+                summary=f"{self._input.agent.name} · check updated input of {request.tool_name}",
+            )
+            if checked.problem is not None:
+                raise ApplicationError(
+                    checked.problem, type=FailureType.APPROVAL_REFUSED, non_retryable=True
+                )
+            request = self._undecided(decision.approval_id)  # another decision came first?
+        self._decisions[decision.approval_id] = decision
+        return request
+
+    @resolve_approval.validator
+    def _check_decision(self, decision: ApprovalDecision) -> None:
+        self._undecided(decision.approval_id)  # refused: no trace in the history
+
+    @workflow.query(name="pending_approvals")
+    def pending_approvals(self) -> list[PendingApproval]:
+        return list(self._waiting.values())
+
+    @workflow.signal(name="approval_request")
+    def approval_forwarded(self, forwarded: ForwardedApproval) -> None:
+        """A request of a run beneath this one (a delegated child, a team member)."""
+        self._announce(forwarded.request)
+
+    def _undecided(self, approval_id: str) -> PendingApproval:
+        where = workflow.info().workflow_id
+        ended = self._ended.get(approval_id)
+        if approval_id in self._decisions or ended is not None:
+            how = ended or self._decisions[approval_id].behavior
+            raise ApplicationError(
+                f"approval {approval_id!r} of {where} was already decided ({how}); nothing changed",
+                type=FailureType.APPROVAL_REFUSED,
+                non_retryable=True,
+            )
+        request = self._waiting.get(approval_id)
+        if request is None:
+            raise ApplicationError(
+                f"no pending approval {approval_id!r} in {where}",
+                type=FailureType.APPROVAL_REFUSED,
+                non_retryable=True,
+            )
+        return request
+
+    async def _approval(
+        self, use: ToolUseBlock, ask: ApprovalAsk
+    ) -> ApprovalDecision | ToolResultBlock:
+        """Wait for a person's decision on ``use``: the allowing decision, or the result the
+        model gets instead of running the tool (denied, timed out, the query stopped)."""
+        input, info = self._input, workflow.info()
+        approval_id = f"apr_{workflow.uuid4().hex[:16]}"
+        request = PendingApproval(
+            approval_id=approval_id,
+            workflow_id=info.workflow_id,
+            agent=input.agent.name,
+            tool_name=use.name,
+            tool_input=use.input,
+            tool_use_id=use.id,
+            requested_at=workflow.now(),
+            message=ask.message,
+        )
+        self._waiting[approval_id] = request
+        self._show_waiting()
+        self._announce(request)
+        limit = input.approval_timeout_s or input.agent.approval_timeout_s
+        try:
+            await workflow.wait_condition(
+                lambda: approval_id in self._decisions or self._interrupted or self._aborted,
+                timeout=timedelta(seconds=limit) if limit else None,
+                timeout_summary=f"approval of {use.name} times out",
+            )
+        except TimeoutError:
+            pass
+        decision = self._decisions.pop(approval_id, None)
+        del self._waiting[approval_id]
+        outcome: ApprovalDecision | ToolResultBlock
+        if decision is not None and decision.behavior == "allow":
+            how, outcome = "allow", decision
+        elif decision is not None:
+            how = "deny"
+            text = decision.message or f"A person denied the call of {use.name!r}."
+            outcome = ToolResultBlock(tool_use_id=use.id, content=text, is_error=True)
+        elif self._interrupted or self._aborted:
+            stop = "aborted" if self._aborted else "interrupted"
+            how = "cancelled"
+            outcome = ToolResultBlock(
+                tool_use_id=use.id,
+                content=f"Tool {use.name!r} was not run: the query was {stop} while the call "
+                "waited for approval.",
+                is_error=True,
+            )
+        else:
+            how = "timed_out"
+            outcome = ToolResultBlock(tool_use_id=use.id, content=TIMED_OUT, is_error=True)
+        self._ended[approval_id] = how
+        self._show_waiting()
+        self._publish(
+            SystemMessage(
+                subtype="approval_resolved",
+                session_id=input.session_id,
+                agent=input.agent.name,
+                workflow_id=info.workflow_id,
+                approval_id=approval_id,
+                tool_name=use.name,
+                tool_use_id=use.id,
+                behavior=how,
+                message=decision.message if decision is not None else None,
+            )
+        )
+        return outcome
+
+    def _show_waiting(self) -> None:
+        """The waiting requests where an operator and other processes see them without a
+        worker: the run's memo and its current details."""
+        waiting = list(self._waiting.values())
+        workflow.upsert_memo(
+            {APPROVAL_MEMO: [r.model_dump(mode="json") for r in waiting] if waiting else None}
+        )
+        workflow.set_current_details(
+            "\n".join(f"waiting for approval: {r.tool_name} ({r.approval_id})" for r in waiting)
+        )
+
+    def _announce(self, request: PendingApproval) -> None:
+        """On this run's stream, and to the parent run (the top-level query shows it)."""
+        self._publish(
+            SystemMessage(
+                subtype="approval_request",
+                session_id=self._input.session_id,
+                agent=request.agent,
+                workflow_id=request.workflow_id,
+                approval_id=request.approval_id,
+                tool_name=request.tool_name,
+                tool_input=request.tool_input,
+                tool_use_id=request.tool_use_id,
+                message=request.message,
+            )
+        )
+        info = workflow.info()
+        if info.parent is None:
+            return
+        parent = workflow.get_external_workflow_handle(info.parent.workflow_id)
+        forwarded = ForwardedApproval(request=request, via=info.workflow_id)
+        self._pending_signals.append(
+            asyncio.ensure_future(signal_quietly(parent, "approval_request", forwarded))
+        )
