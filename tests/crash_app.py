@@ -101,6 +101,17 @@ def build_audited_agent(base_url: str):
     )
 
 
+def build_approving_agent(base_url: str):
+    """Its ``pay`` calls wait for a person's approval."""
+    return create_agent(
+        name="approving",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        tools=[tool("pay", "Pay an invoice", Note, record, requires_approval=True)],
+    )
+
+
 def build_compacting_agent(base_url: str):
     return create_agent(
         name="compacting",
@@ -176,6 +187,7 @@ async def _serve(address: str, base_url: str) -> None:
         build_agent(base_url),
         build_audited_agent(base_url),
         build_compacting_agent(base_url),
+        build_approving_agent(base_url),
         build_supervisor(base_url),
         build_team(base_url).lead,
     ]

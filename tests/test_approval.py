@@ -1,5 +1,7 @@
 """Durable human approval: a tool call that waits for a person's decision, in workflow state,
-decided from the agent, from any process (resolve_approval, the CLI), or timed out."""
+decided from the agent, from any process (resolve_approval, the CLI), or timed out; a
+delegated child's or team member's request surfaces in the top-level query's stream.
+(tests/test_crash.py kills a worker while a call waits.)"""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from agent_lattice import (
     PendingApproval,
     ResultMessage,
     SystemMessage,
+    agent_tool,
+    create_team,
     list_pending_approvals,
     resolve_approval,
+    team_member,
     tool,
 )
 from agent_lattice.testing import (
@@ -29,6 +34,9 @@ from agent_lattice.testing import (
     tool_use,
     tool_use_block,
 )
+
+from conftest import by_agent
+from conftest import named_agent as agent
 
 
 class Refund(BaseModel):
@@ -297,3 +305,90 @@ def test_requires_approval_is_checked_at_assembly():
 def test_approval_timeout_is_checked_at_assembly(make_agent):
     with pytest.raises(OptionError, match="approval_timeout_s must be a positive number"):
         make_agent(approval_timeout_s=0)
+
+
+# -- delegated children and team members ---------------------------------------------------
+
+
+def delegating(tool_name: str, task: dict[str, Any]):
+    """A lead that calls ``tool_name`` once, then repeats what it got back."""
+
+    def lead(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use(tool_name, task, id="toolu_lead")
+        return text(f"lead heard: {request.tool_results[0]['content']}")
+
+    return lead
+
+
+async def test_a_delegated_childs_request_surfaces_and_is_decided_from_the_top(
+    fake_anthropic, lattice_runtime
+):
+    ran: list[Refund] = []
+    fake_anthropic.set_handler(
+        by_agent(
+            boss=delegating("support", {"task": "Refund A-42."}),
+            support=answer_with_tool_result,
+        )
+    )
+    support = agent(fake_anthropic, "support", tools=[refund_tool(ran)])
+    boss = agent(fake_anthropic, "boss", tools=[agent_tool("support", support)])
+
+    request, rest = await approval_request(boss.query("Handle the refund."))
+    assert request.agent == "support" and request.tool_name == "refund"
+    assert request.workflow_id is not None and request.workflow_id.startswith("support-")
+    (pending,) = await list_pending_approvals(request.workflow_id)
+    assert pending.approval_id == request.approval_id
+
+    assert request.approval_id is not None
+    await boss.approve(request.approval_id)  # the top-level agent decides for its child
+    messages = await asyncio.wait_for(rest, 30)
+
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    assert result.result == "lead heard: ok: refunded 30 on A-42"
+    assert ran == [Refund(order="A-42", amount=30)]
+
+
+async def test_a_team_members_request_surfaces_in_the_team_query(fake_anthropic, lattice_runtime):
+    ran: list[Refund] = []
+    fake_anthropic.set_handler(
+        by_agent(
+            chief=delegating("support", {"mode": "handoff", "task": "Refund A-42."}),
+            support=answer_with_tool_result,
+        )
+    )
+    team = create_team(
+        name="desk",
+        lead=agent(fake_anthropic, "chief"),
+        members=[
+            team_member(
+                name="support",
+                agent=agent(fake_anthropic, "support", tools=[refund_tool(ran)]),
+            )
+        ],
+    )
+
+    request, rest = await approval_request(team.query("Handle the refund."))
+    assert request.agent == "support" and request.workflow_id is not None
+    assert request.approval_id is not None
+    listed = [p.approval_id for p in await list_pending_approvals(request.workflow_id)]
+    assert listed == [request.approval_id]
+
+    await resolve_approval(
+        request.workflow_id, request.approval_id, "deny", message="Not this week."
+    )
+    messages = await asyncio.wait_for(rest, 60)
+
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    assert ran == []
+    # the member heard the denial and reported it: the lead got the report
+    (last_to_chief,) = [r for r in fake_anthropic.requests if "You are chief." in (r.system or "")][
+        -1:
+    ]
+    assert "error: Not this week." in str(last_to_chief.messages[-1]["content"])
+    top_level = [
+        m for m in messages if isinstance(m, SystemMessage) and m.subtype == "approval_request"
+    ]
+    assert [m.approval_id for m in top_level] == [request.approval_id]

@@ -1,9 +1,10 @@
 """Kill -9 the worker mid-stream and mid-tool: a new worker finishes the query, and no completed
-model call or tool call runs again."""
+model call or tool call runs again; a call waiting for approval outlives its worker."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from agent_lattice import DEFAULT_COMPACTION_PROMPT, ResultMessage, StreamEventMessage
+from agent_lattice import (
+    DEFAULT_COMPACTION_PROMPT,
+    ResultMessage,
+    StreamEventMessage,
+    list_pending_approvals,
+)
 from agent_lattice.testing import (
     RecordedRequest,
     Reply,
@@ -28,6 +34,7 @@ from agent_lattice.testing import (
 from conftest import keep_history
 from crash_app import (
     build_agent,
+    build_approving_agent,
     build_audited_agent,
     build_compacting_agent,
     build_supervisor,
@@ -370,3 +377,63 @@ async def test_kill_mid_team_run_finishes_without_repeating_member_work(
     fast_calls = [r for r in fake_anthropic.requests if "You are fast." in (r.system or "")]
     assert len(fast_calls) == 2
     assert set(result.usage_by_agent) == {"chief", "fast", "slow"}
+
+
+async def lattice(*argv: str) -> tuple[int, str, str]:
+    """``lattice ARGV`` in a process of its own (another machine, as far as it knows)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent_lattice.cli",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 90)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_a_worker_killed_while_a_call_waits_loses_nothing(
+    lattice_server, remote_runtime, fake_anthropic, workers, effects, monkeypatch
+):
+    monkeypatch.setenv("TEMPORAL_ADDRESS", lattice_server)
+    monkeypatch.setenv("LATTICE_TEST_STICKY_S", "2")  # the dead worker's queue, soon given up
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use("pay", {"text": "invoice-7"})
+        return text(f"done: {request.tool_results[0]['content']}")
+
+    fake_anthropic.set_handler(model)
+    first = await workers()
+    agent = build_approving_agent(fake_anthropic.base_url).bind_runtime(remote_runtime)
+    workflow_id = await agent.start("Pay invoice 7.")  # the starting side keeps nothing
+
+    async def waiting():
+        pending = await list_pending_approvals(workflow_id, runtime=remote_runtime)
+        assert len(pending) == 1, pending
+        return pending[0]
+
+    pending = await assert_eventually(waiting, within=30)
+    assert pending.tool_name == "pay" and pending.tool_input == {"text": "invoice-7"}
+    first.kill()
+    await workers()
+
+    code, out, err = await lattice("approvals", "--json")
+    assert code == 0, err
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert pending.approval_id in [item["approval_id"] for item in listed]
+    code, out, err = await lattice("approve", workflow_id, pending.approval_id)
+    assert code == 0, err
+    assert f"{pending.approval_id} of {workflow_id}: allowed" in out
+    # a second decision is refused: already decided, or the run has ended meanwhile
+    code, _, err = await lattice("deny", workflow_id, pending.approval_id, "-m", "late")
+    assert code == 1 and err.startswith("error: ") and pending.approval_id in err
+
+    messages = [m async for m in remote_runtime.durable_messages(workflow_id)]
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    assert result.result == "done: recorded invoice-7"
+    assert effects.read_text().splitlines() == ["record:invoice-7"]

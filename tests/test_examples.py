@@ -88,6 +88,11 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "reply design-review::reviewer -> design-review::lead [pending]: Approved: the API is "
         "consistent.",
     ),
+    "approval.py": (
+        'waiting for approval: pay {"invoice": "INV-7", "amount_eur": 120}',
+        ": allowed",
+        "result: Done: paid 120 EUR for INV-7.",
+    ),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 

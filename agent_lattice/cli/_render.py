@@ -85,6 +85,21 @@ class Renderer:
         if message.subtype == "compaction":
             self.note(f"⋯ compacted {message.compacted_messages or 0} messages")
             return
+        if message.subtype == "approval_request":
+            self.console.print(
+                Text(
+                    f"⏸ {message.agent} waits for approval: {message.tool_name} "
+                    f"{json.dumps(message.tool_input, ensure_ascii=False)}"
+                    + (f" ({message.message})" if message.message else "")
+                    + f"\n  lattice approve {message.workflow_id} {message.approval_id}"
+                    + f"\n  lattice deny {message.workflow_id} {message.approval_id} -m WHY",
+                    style="yellow",
+                )
+            )
+            return
+        if message.subtype == "approval_resolved":
+            self.note(f"▶ {message.tool_name}: {message.behavior}")
+            return
         parts = [message.agent or "agent", message.model or "?"]
         if message.tools:
             parts.append("tools " + ", ".join(message.tools))
