@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from temporalio.client import WorkflowHistoryEventFilterType
+from temporalio.worker import Replayer
 
 from agent_lattice import (
     ApprovalError,
+    ConcurrentQueryError,
+    LatticePlugin,
     OptionError,
     PendingApproval,
     ResultMessage,
@@ -35,7 +38,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import by_agent
+from conftest import API_KEY, by_agent, keep_history
 from conftest import named_agent as agent
 
 
@@ -392,3 +395,80 @@ async def test_a_team_members_request_surfaces_in_the_team_query(fake_anthropic,
         m for m in messages if isinstance(m, SystemMessage) and m.subtype == "approval_request"
     ]
     assert [m.approval_id for m in top_level] == [request.approval_id]
+
+
+# -- determinism ---------------------------------------------------------------------------
+
+
+async def test_an_approval_history_replays_and_holds_no_secret(make_agent, fake_anthropic):
+    """A run with a refused and an accepted decision (updated input checked), a denial and
+    an approval timeout, replayed; recorded as tests/histories/approval.json."""
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return message(
+                [
+                    tool_use_block("refund", {"order": "A-1", "amount": 5}, id="toolu_a"),
+                    tool_use_block("refund", {"order": "A-2", "amount": 50}, id="toolu_b"),
+                ],
+                stop_reason="tool_use",
+            )
+        if len(request.messages) == 3:
+            return tool_use("refund", {"order": "A-3", "amount": 1}, id="toolu_c")
+        return text("done")
+
+    fake_anthropic.set_handler(model)
+    ran: list[Refund] = []
+    agent = make_agent(tools=[refund_tool(ran, is_concurrency_safe=lambda _: True)])
+    requests: list[SystemMessage] = []
+    messages = agent.query("Refunds.", approval_timeout_s=60)
+    async for m in messages:
+        if isinstance(m, SystemMessage) and m.subtype == "approval_request":
+            assert m.approval_id is not None
+            requests.append(m)
+            if m.tool_use_id == "toolu_a":
+                with pytest.raises(ApprovalError):
+                    await agent.approve(m.approval_id, updated_input={"order": 1})
+                await agent.approve(m.approval_id, updated_input={"order": "A-1", "amount": 4})
+            elif m.tool_use_id == "toolu_b":
+                await agent.deny(m.approval_id, message="Too much.")
+            else:
+                await agent.deny(m.approval_id)
+        if isinstance(m, ResultMessage):
+            assert m.subtype == "success" and m.workflow_id is not None
+            history = await keep_history(make_agent.runtime, m.workflow_id, "approval")
+    assert [r.tool_use_id for r in requests] == ["toolu_a", "toolu_b", "toolu_c"]
+    assert ran == [Refund(order="A-1", amount=4)]
+    await Replayer(workflows=[], plugins=[LatticePlugin(agents=[])]).replay_workflow(history)
+    assert API_KEY not in history.to_json()
+
+
+# -- the stateless flow ----------------------------------------------------------------------
+
+
+async def test_start_returns_at_once_and_a_new_agent_continues_the_session(
+    make_agent, fake_anthropic
+):
+    """agent.start(): the query runs without the starter following it; its decision comes
+    from resolve_approval(); a new Agent of the same session continues the conversation."""
+    ran: list[Refund] = []
+    fake_anthropic.set_handler(answer_with_tool_result)
+    agent = make_agent(name="desk", tools=[refund_tool(ran)])
+    workflow_id = await agent.start("Refund order A-42.")
+    with pytest.raises(ConcurrentQueryError):
+        await agent.prompt("Another one?")  # one query at a time, even a detached one
+
+    async def waiting() -> PendingApproval:
+        pending = await list_pending_approvals(workflow_id)
+        assert len(pending) == 1, pending
+        return pending[0]
+
+    pending = await assert_eventually(waiting)
+    await resolve_approval(workflow_id, pending.approval_id, "allow")
+    messages = [m async for m in make_agent.runtime.durable_messages(workflow_id)]
+    assert messages[-1].result == "ok: refunded 30 on A-42" and len(ran) == 1
+
+    fake_anthropic.set_handler(lambda r: text(f"I see {len(r.messages)} messages."))
+    again = make_agent(name="desk", tools=[refund_tool(ran)], session_id=agent.session_id)
+    result = await again.prompt("How many?")
+    assert result.result == "I see 5 messages."
