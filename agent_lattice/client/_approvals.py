@@ -70,41 +70,39 @@ async def list_pending_approvals(
     ``approval_id``, ``workflow_id``, ``agent``, ``tool_name``, ``tool_input``,
     ``requested_at`` and ``message``. Read from the runs' memos: no worker needs to be up."""
     client = (runtime or await get_default_runtime()).client
-    if workflow_id is not None:
-        try:
-            description = await client.get_workflow_handle(workflow_id).describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return []
-            raise
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            return []
-        found = _pending(await description.memo_value(APPROVAL_MEMO, None))
-    else:
-        prefix = _settings.task_queue_prefix()
-        found = []
-        async for execution in client.list_workflows(RUNNING_RUNS):
-            if execution.task_queue.startswith(prefix):
-                found += _pending(await execution.memo_value(APPROVAL_MEMO, None))
+    found = await _of_run(client, workflow_id) if workflow_id else await _of_every_run(client)
     return sorted(found, key=lambda p: p.requested_at)
 
 
 async def find_approval(client: Client, approval_id: str, *within: str) -> str | None:
     """The run that holds ``approval_id``: looked for in the runs ``within`` first (their
-    memo is read from the run itself), then among every running query."""
+    memo as the run holds it now), then among every running query (as visibility has it)."""
     for workflow_id in within:
-        try:
-            description = await client.get_workflow_handle(workflow_id).describe()
-        except RPCError:
-            continue
-        pending = _pending(await description.memo_value(APPROVAL_MEMO, None))
-        if any(p.approval_id == approval_id for p in pending):
+        if any(p.approval_id == approval_id for p in await _of_run(client, workflow_id)):
             return workflow_id
+    found = [p for p in await _of_every_run(client) if p.approval_id == approval_id]
+    return found[0].workflow_id if found else None
+
+
+async def _of_run(client: Client, workflow_id: str) -> list[PendingApproval]:
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return []
+        raise
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        return []
+    return _pending(await description.memo_value(APPROVAL_MEMO, None))
+
+
+async def _of_every_run(client: Client) -> list[PendingApproval]:
+    prefix = _settings.task_queue_prefix()
+    found: list[PendingApproval] = []
     async for execution in client.list_workflows(RUNNING_RUNS):
-        pending = _pending(await execution.memo_value(APPROVAL_MEMO, None))
-        if any(p.approval_id == approval_id for p in pending):
-            return execution.id
-    return None
+        if execution.task_queue.startswith(prefix):
+            found += _pending(await execution.memo_value(APPROVAL_MEMO, None))
+    return found
 
 
 def _pending(memo: Any) -> list[PendingApproval]:
