@@ -158,8 +158,22 @@ async def test_a_decision_is_applied_once_and_an_unknown_id_is_refused(make_agen
     result = (await asyncio.wait_for(rest, 30))[-1]
 
     assert result.result == "ok: refunded 30 on A-42" and len(ran) == 1
-    with pytest.raises(ApprovalError):
+    with pytest.raises(ApprovalError, match="is no longer running"):
         await resolve_approval(request.workflow_id, request.approval_id, "deny")
+
+
+async def test_a_decision_for_a_run_no_worker_serves_is_refused_with_what_to_do(
+    make_agent, fake_anthropic, remote_runtime
+):
+    """The update would wait for a worker: the caller is told at once, and nothing changes."""
+    fake_anthropic.set_handler(answer_with_tool_result)
+    agent = make_agent(tools=[refund_tool([])]).bind_runtime(remote_runtime)
+    workflow_id = await agent.start("Refund order A-42.")  # no worker polls its queue
+
+    with pytest.raises(ApprovalError, match="none serves its task queue") as refused:
+        await resolve_approval(workflow_id, "apr_any", "allow", runtime=remote_runtime)
+    assert "Nothing was decided" in str(refused.value)
+    await remote_runtime.client.get_workflow_handle(workflow_id).terminate()
 
 
 async def test_the_wait_is_durable_state_listed_from_the_memo(make_agent, fake_anthropic):

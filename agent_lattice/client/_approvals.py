@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from .. import _settings
 from .._approvals import APPROVAL_MEMO, ApprovalDecision, PendingApproval, check_decision
 from .._errors import ApprovalError
+from ._orphans import orphan_hint, queue_served, run_state
 from ._runtime import Runtime, get_default_runtime
 
 __all__ = ["find_approval", "list_pending_approvals", "resolve_approval"]
@@ -47,17 +48,36 @@ async def resolve_approval(
 
 
 async def decide(client: Client, workflow_id: str, decision: ApprovalDecision) -> None:
+    """Send ``decision`` to the run; its worker applies it, or refuses it (ApprovalError). A
+    run no worker serves (its process died) is told nothing: the update would wait for one."""
     handle = client.get_workflow_handle(workflow_id)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApprovalError(
+                f"no running query {workflow_id!r} (it never existed, or is forgotten): no "
+                f"approval {decision.approval_id!r} waits there"
+            ) from None
+        raise
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "closed"
+        raise ApprovalError(
+            f"{workflow_id} is no longer running ({status}): approval "
+            f"{decision.approval_id!r} waits no more"
+        )
+    if not await queue_served(client, description.task_queue):
+        hint = orphan_hint(await run_state(client, workflow_id))
+        raise ApprovalError(f"{hint}. Nothing was decided: decide once a worker serves it")
     try:
         await handle.execute_update("resolve_approval", decision, result_type=PendingApproval)
     except WorkflowUpdateFailedError as err:
         cause = err.cause or err
         raise ApprovalError(getattr(cause, "message", None) or str(cause)) from None
     except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
+        if err.status == RPCStatusCode.NOT_FOUND:  # it ended meanwhile
             raise ApprovalError(
-                f"no running query {workflow_id!r} (it ended, or never existed): no approval "
-                f"{decision.approval_id!r} waits there"
+                f"{workflow_id} ended before the decision on {decision.approval_id!r} arrived"
             ) from None
         raise
 
