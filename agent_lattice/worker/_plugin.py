@@ -101,6 +101,9 @@ class LatticePlugin(SimplePlugin):
                 activities.team_adapter,
                 activities.team_report,
                 activities.team_mailbox,
+                activities.team_claim,
+                activities.team_settle,
+                activities.team_lead_mail,
                 activities.tool_result_hooks,
                 activities.trace,
             ]
