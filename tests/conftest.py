@@ -170,6 +170,21 @@ class StreamingHostMember(HostMember):
         return result
 
 
+class _Nothing(BaseModel):
+    pass
+
+
+def waiting_tool(check):
+    """A tool that returns once ``check()`` holds (a team lead waiting for its team's mail)."""
+    from agent_lattice.testing import assert_eventually
+
+    async def wait(_: _Nothing) -> str:
+        await assert_eventually(check, within=40)
+        return "settled"
+
+    return tool("wait_for_mail", "Wait until the team's mail is settled.", _Nothing, wait)
+
+
 def named_agent(fake: FakeAnthropicServer, name: str, **options: object):
     """A bare agent answered by ``fake``, its system prompt "You are <name>." (see by_agent)."""
     return create_bare_agent(

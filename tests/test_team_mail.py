@@ -8,7 +8,7 @@ import asyncio
 import threading
 
 import pytest
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from agent_lattice import (
     AgentMessageEvent,
@@ -23,7 +23,6 @@ from agent_lattice import (
     create_team,
     create_team_runner,
     team_member,
-    tool,
 )
 from agent_lattice.testing import (
     RecordedRequest,
@@ -37,22 +36,8 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import HostMember, StreamingHostMember, by_agent
+from conftest import HostMember, StreamingHostMember, by_agent, waiting_tool
 from conftest import named_agent as agent
-
-
-class _Nothing(BaseModel):
-    pass
-
-
-def waiting_tool(check):
-    """A tool of the lead that returns once ``check()`` holds (the lead waits for mail)."""
-
-    async def wait(_: _Nothing) -> str:
-        await assert_eventually(check, within=40)
-        return "settled"
-
-    return tool("wait_for_mail", "Wait until the team's mail is settled.", _Nothing, wait)
 
 
 def message_id_of(prompt: str) -> str:
