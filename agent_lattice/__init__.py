@@ -69,6 +69,7 @@ from ._messages import (
     SystemMessage,
     TeamAgentEvent,
     TeamMessageEvent,
+    TeamRunnerMessage,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -81,6 +82,7 @@ from ._option_types import AgentOptions, AgentToolOptions, DelegateToolOptions, 
 from ._output_schema import OutputSchema
 from ._skills import Skill, load_skill, skill
 from ._team import DrainResult, Team, TeamMember, create_team, team_member
+from ._team_runner import TeamRunner, create_team_runner
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
     PermissionRequest,
@@ -173,6 +175,8 @@ __all__ = [
     "TeamMember",
     "TeamMessage",
     "TeamMessageEvent",
+    "TeamRunner",
+    "TeamRunnerMessage",
     "TextBlock",
     "ThinkingBlock",
     "TimeoutError",
@@ -209,6 +213,7 @@ __all__ = [
     "create_postgres_mailbox",
     "create_sqlite_mailbox",
     "create_team",
+    "create_team_runner",
     "create_worker",
     "create_workflow_mailbox",
     "define_agent",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Unpack, runtime_checka
 from pydantic import BaseModel, Field, ValidationError
 
 from ._errors import OptionError
+from ._host_member import ask_host, host_messages
 from ._messages import ResultMessage
 from ._option_types import AgentToolOptions, DelegateToolOptions
 from ._options import check_options
@@ -338,7 +339,7 @@ def _delegation_tool(
         prompt = delegation.prompt_of(parsed)
         if isinstance(prompt, ToolResult):
             return prompt
-        return delegation.result_of(await target.prompt(prompt))
+        return delegation.result_of(await ask_host(target, prompt, host_messages.get()))
 
     return ToolDefinition(
         name=name,

@@ -28,6 +28,7 @@ __all__ = [
     "SystemMessage",
     "TeamAgentEvent",
     "TeamMessageEvent",
+    "TeamRunnerMessage",
     "TextBlock",
     "ThinkingBlock",
     "ToolResultBlock",
@@ -344,6 +345,11 @@ class AgentMessageEvent(BaseModel):
     ]
     session_id: str
 
+
+TeamRunnerMessage = Annotated[
+    TeamMessageEvent | TeamAgentEvent | AgentMessageEvent, Field(discriminator="type")
+]
+"""The team runtime's events in a team query's stream (seeds: ``TeamRunnerMessage``)."""
 
 SDKMessage = Annotated[
     SystemMessage

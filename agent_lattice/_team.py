@@ -6,44 +6,42 @@ answers at once with a receipt, and the team runtime — a ``TeamWorkflow`` that
 of the lead's query — runs the accepted work as child workflows of its own, at most
 ``max_concurrent_work_items`` at a time (one at a time per member mailbox). The lead is not
 asked again until every handoff of its last batch has reported, and the reports reach it in
-handoff order. A Team is an AgentLike: ``query()``, ``prompt()``, ``interrupt()``.
+handoff order. While a query runs, the runtime also claims the mail members and the host
+send (``team_send``, ``team.send()``) and runs it by the drain rules (``_team_mail``); the
+lead takes its own mailbox's mail with its next tool results. A Team is an AgentLike:
+``query()``, ``prompt()``, ``interrupt()``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import logging
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, Field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import OptionError
-from ._mailbox import (
-    FINAL_STATUSES,
-    MessageKind,
-    TeamMailbox,
-    TeamMessage,
-    check_mailbox,
-    mailbox_id,
-)
+from ._mailbox import TeamMailbox, TeamMessage, check_mailbox, mailbox_id
 from ._messages import ResultMessage, SDKMessage
 from ._options import check_options
-from ._tools import ToolDefinition, ToolResult, tool
+from ._team_mail import DrainResult, mailbox_tools, settle_work, work_prompt
 
 if TYPE_CHECKING:
     from ._agent import Agent
 
 __all__ = [
     "DrainResult",
+    "MailWatcher",
+    "RunsTeam",
     "Team",
     "TeamMember",
     "create_team",
+    "final_result",
     "register_default_mailbox",
     "team_member",
     "team_of",
+    "work_item_limit",
 ]
 
 # The default team mailbox, kept by Temporal: the client registers its factory on import
@@ -54,6 +52,7 @@ _default_mailbox: list[DefaultMailbox] = []
 # each team's lead (the view create_team() makes) to its team: how workers find a team's
 # mailbox from the lead's runs (weak both ways: a team the host drops is collected)
 _teams: weakref.WeakKeyDictionary[Any, weakref.ref[Team]] = weakref.WeakKeyDictionary()
+log = logging.getLogger("agent_lattice.team")
 
 
 def register_default_mailbox(factory: DefaultMailbox) -> None:
@@ -114,36 +113,27 @@ class Team:
         self.members = tuple(members)
         self.mailbox = mailbox
         self.max_concurrent_work_items = max_concurrent_work_items
-        self._claims: dict[str, _Claim] = {}
+        self._watchers: list[MailWatcher] = []
 
     def mailbox_id(self, member: str) -> str:
         return mailbox_id(self.name, member)
 
-    def answered(self, message_id: str, kind: MessageKind) -> None:
-        """A member answered ``message_id`` (with team_reply or team_followup) while a
-        drain had it claimed: the drain does not fail it."""
-        claim = self._claims.get(message_id)
-        if claim is None:
-            return
-        if kind == "reply":
-            claim.replied = True
-        else:
-            claim.followed_up = True
+    def watch_mail(self, notify: MailWatcher) -> Callable[[], None]:
+        """Tell ``notify`` of the mailboxes :meth:`send` puts messages in (a running query's
+        team runtime claims them); returns the function that stops telling it."""
+        self._watchers.append(notify)
+        return lambda: self._watchers.remove(notify) if notify in self._watchers else None
 
     def query(self, prompt: Any, **options: Any) -> AsyncIterator[SDKMessage]:
-        """The lead's messages, and ``team_message`` / ``team_agent`` events as the team works."""
+        """The lead's messages, and ``team_message`` / ``team_agent`` / ``agent_message``
+        events as the team works."""
         from ._agent import start_query
 
         return start_query(self.lead, prompt, options, team=self).messages()
 
     async def prompt(self, prompt: Any, **options: Any) -> ResultMessage:
         """Run the team and return the lead's final result (team-wide usage)."""
-        result: ResultMessage | None = None
-        async for message in self.query(prompt, **{"stream": False, **options}):
-            if isinstance(message, ResultMessage):
-                result = message
-        assert result is not None
-        return result
+        return await final_result(self.query(prompt, **{"stream": False, **options}))
 
     def interrupt(self) -> bool:
         """Interrupt the team's running query (it reaches the lead and the members' work)."""
@@ -152,14 +142,23 @@ class Team:
     async def send(
         self, to: str, body: str, *, from_: str = "user", subject: str | None = None
     ) -> TeamMessage:
-        """Put a message in a member's mailbox (``to``: a member name or a mailbox id)."""
+        """Put a message in a member's mailbox (``to``: a member name or a mailbox id). While
+        a query of this team runs in this process, its team runtime claims it."""
         target = to if "::" in to else self.mailbox_id(to)
         if target.split("::", 1)[1] not in {"lead", *(m.name for m in self.members)}:
             raise OptionError(f"team {self.name!r} has no member mailbox {target!r}")
         sender = from_ if "::" in from_ or from_ == "user" else self.mailbox_id(from_)
-        return await self.mailbox.send(
+        sent = await self.mailbox.send(
             TeamMessage(from_mailbox=sender, to_mailbox=target, body=body, subject=subject)
         )
+        for notify in list(self._watchers):
+            try:
+                await notify([sent.to_mailbox])
+            except Exception as err:  # the message is sent; drain() can still take it
+                log.warning(
+                    "team %s: a running query was not told of %s: %s", self.name, sent.id, err
+                )
+        return sent
 
     async def drain(
         self, *, max_rounds: int = 5, max_messages: int = 20, **query: Any
@@ -168,7 +167,8 @@ class Team:
         message of its own mailbox and is prompted with it. Nothing is re-routed. A member
         that ends without ``team_reply`` or ``team_followup`` fails the message, and a
         diagnostic follow-up goes to the sender's mailbox. A member that takes no tools (a
-        team, a host AgentLike) answers with its final result: that is its reply."""
+        team, a host AgentLike) answers with its final result: that is its reply. A reply or
+        follow-up delivered to a member needs no answer."""
         for name, value in (("max_rounds", max_rounds), ("max_messages", max_messages)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionError(f"drain(): {name} must be a positive integer; got {value!r}")
@@ -199,55 +199,49 @@ class Team:
 
         # a team or a host AgentLike takes no tools: its final answer is its reply
         answers_itself = not isinstance(member.agent, Agent | AgentSpec)
-        claim = self._claims[message.id] = _Claim(message)
-        prompt = (
-            f"Team {self.name}: a message for you in mailbox {message.to_mailbox}.\n"
-            f"message_id: {message.id}\nfrom: {message.from_mailbox}\n"
-            + (f"subject: {message.subject}\n" if message.subject else "")
-            + f"\n{message.body}"
-            + (
-                ""
-                if answers_itself
-                else f"\n\nWhen you are done, call team_reply with message_id {message.id} and "
-                "your result (team_followup for progress)."
-            )
-        )
+        prompt = work_prompt(self.name, message, answers_itself=answers_itself)
         target = member.agent.spawn() if isinstance(member.agent, AgentSpec) else member.agent
-        try:
-            outcome = await target.prompt(prompt, **query)
-        finally:
-            self._claims.pop(message.id, None)
+        outcome = await target.prompt(prompt, **query)
         result.processed.append(message)
-        if claim.replied or claim.followed_up:
-            return
-        if answers_itself and not outcome.is_error:
-            await self.mailbox.send(_answer_to(message, "reply", outcome.result or ""))
-            await self.mailbox.set_status(message.id, "done", result=outcome.result)
-            return
-        reason = (
-            f"{member.name} ended ({outcome.subtype})"
-            if answers_itself
-            else f"{member.name} ended ({outcome.subtype}) without team_reply or team_followup"
+        settled = await settle_work(
+            self.mailbox, member.name, message, outcome, answers_itself=answers_itself
         )
-        failed = await self.mailbox.set_status(message.id, "failed", result=reason)
-        result.failed.append(failed)
-        diagnostic = (
-            f"Message {message.id} failed: {reason}. Its final text was: "
-            f"{(outcome.result or '')[:500]}"
-        )
-        await self.mailbox.send(_answer_to(message, "followup", diagnostic))
+        if settled.message.status == "failed":
+            result.failed.append(settled.message)
 
 
-def _answer_to(original: TeamMessage, kind: MessageKind, body: str) -> TeamMessage:
-    """A reply or follow-up to ``original``, from the mailbox it was sent to, in its thread."""
-    return TeamMessage(
-        from_mailbox=original.to_mailbox,
-        to_mailbox=original.from_mailbox,
-        kind=kind,
-        body=body,
-        thread_id=original.thread_id,
-        reply_to=original.id,
-    )
+MailWatcher = Callable[[list[str]], Awaitable[None]]
+
+
+class RunsTeam(Protocol):
+    """What runs a team's query (a Team, or a TeamRunner with a limit of its own)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_concurrent_work_items(self) -> int: ...
+
+    def watch_mail(self, notify: MailWatcher) -> Callable[[], None]: ...
+
+
+async def final_result(messages: AsyncIterator[Any]) -> ResultMessage:
+    """The result of a team query's stream (``prompt()`` of a Team or TeamRunner)."""
+    result: ResultMessage | None = None
+    async for message in messages:
+        if isinstance(message, ResultMessage):
+            result = message
+    assert result is not None
+    return result
+
+
+def work_item_limit(value: Any, where: str) -> int:
+    """``max_concurrent_work_items``: a positive integer."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise OptionError(
+            f"{where}: max_concurrent_work_items must be a positive integer; got {value!r}"
+        )
+    return value
 
 
 def create_team(**options: Any) -> Team:
@@ -276,12 +270,7 @@ def create_team(**options: Any) -> Team:
     if not isinstance(runner, Mapping):
         raise OptionError(f"create_team({name!r}): runner must be a mapping")
     check_options("TeamRunnerOptions", runner, _RUNNER_OPTIONS)
-    limit = runner.get("max_concurrent_work_items", 1)
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise OptionError(
-            f"create_team({name!r}): max_concurrent_work_items must be a positive integer; "
-            f"got {limit!r}"
-        )
+    limit = work_item_limit(runner.get("max_concurrent_work_items", 1), f"create_team({name!r})")
     mailbox = options.get("mailbox")
     if mailbox is None:  # the default: kept by Temporal, named after the team
         if not _default_mailbox:
@@ -348,150 +337,3 @@ def _with_mailbox_tools(team: Team, member: TeamMember) -> TeamMember:
         own = list(agent.options.get("tools") or [])
         agent = AgentSpec({**agent.options, "tools": [*own, *extra]})
     return dataclasses.replace(member, agent=agent)
-
-
-# -- the mailbox side: send, drain, and the members' mailbox tools ------------------------
-
-
-class _Send(BaseModel):
-    to: str = Field(description='A member name of this team, or a full mailbox id "team::member".')
-    body: str
-    subject: str | None = None
-
-
-class _Inbox(BaseModel):
-    status: Literal["pending", "processing", "done", "failed", "cancelled"] | None = None
-
-
-class _MessageRef(BaseModel):
-    message_id: str
-
-
-class _Answer(BaseModel):
-    message_id: str = Field(description="The message you are answering.")
-    body: str
-
-
-@dataclass
-class _Claim:
-    """The message a member is working on in a drain, and what it did about it."""
-
-    message: TeamMessage
-    replied: bool = False
-    followed_up: bool = False
-
-
-@dataclass
-class DrainResult:
-    rounds: int
-    processed: list[TeamMessage] = field(default_factory=list)
-    failed: list[TeamMessage] = field(default_factory=list)
-
-
-def mailbox_tools(team: Team, owner: str) -> list[ToolDefinition[Any]]:
-    """``team_send``, ``team_inbox``, ``team_read``, ``team_reply``, ``team_followup`` and
-    ``team_status`` for the mailbox ``owner`` (a member name, or ``lead``)."""
-    me = mailbox_id(team.name, owner)
-
-    def address(to: str) -> str:
-        return to if "::" in to else mailbox_id(team.name, to)
-
-    def describe(m: TeamMessage) -> dict[str, Any]:
-        return {
-            "message_id": m.id,
-            "from": m.from_mailbox,
-            "to": m.to_mailbox,
-            "kind": m.kind,
-            "status": m.status,
-            "subject": m.subject,
-            "body": m.body,
-            "thread_id": m.thread_id,
-            "result": m.result,
-        }
-
-    async def send(input: _Send) -> str:
-        sent = await team.mailbox.send(
-            TeamMessage(
-                from_mailbox=me,
-                to_mailbox=address(input.to),
-                body=input.body,
-                subject=input.subject,
-            )
-        )
-        return json.dumps({"status": "sent", "message_id": sent.id, "to": sent.to_mailbox})
-
-    async def inbox(input: _Inbox) -> str:
-        return json.dumps([describe(m) for m in await team.mailbox.inbox(me, status=input.status)])
-
-    async def read(input: _MessageRef) -> ToolResult:
-        message = await team.mailbox.get(input.message_id)
-        if message is None:
-            return ToolResult(content=f"No message {input.message_id!r}.", is_error=True)
-        return ToolResult(content=json.dumps(describe(message)))
-
-    async def answer(input: _Answer, kind: MessageKind) -> ToolResult:
-        original = await team.mailbox.get(input.message_id)
-        if original is None or original.to_mailbox != me:
-            return ToolResult(
-                content=f"{input.message_id!r} is not a message in your mailbox ({me}).",
-                is_error=True,
-            )
-        sent = await team.mailbox.send(_answer_to(original, kind, input.body))
-        if kind == "reply" and original.status not in FINAL_STATUSES:
-            await team.mailbox.set_status(original.id, "done", result=input.body)
-        team.answered(original.id, kind)
-        return ToolResult(
-            content=json.dumps({"status": "sent", "message_id": sent.id, "kind": kind})
-        )
-
-    async def reply(input: _Answer) -> ToolResult:
-        return await answer(input, "reply")
-
-    async def followup(input: _Answer) -> ToolResult:
-        return await answer(input, "followup")
-
-    async def status(input: _Inbox) -> str:
-        counts: dict[str, dict[str, int]] = {}
-        for name in ["lead", *(m.name for m in team.members)]:
-            box = mailbox_id(team.name, name)
-            for m in await team.mailbox.inbox(box):
-                counts.setdefault(box, {}).setdefault(m.status, 0)
-                counts[box][m.status] += 1
-        return json.dumps(counts)
-
-    return [
-        tool("team_send", "Send a message to a team member's mailbox.", _Send, send),
-        tool(
-            "team_inbox",
-            "List the messages in your mailbox.",
-            _Inbox,
-            inbox,
-            is_concurrency_safe=lambda _: True,
-        ),
-        tool(
-            "team_read",
-            "Read one message by id.",
-            _MessageRef,
-            read,
-            is_concurrency_safe=lambda _: True,
-        ),
-        tool(
-            "team_reply",
-            "Reply to a message with your final result; it completes the message.",
-            _Answer,
-            reply,
-        ),
-        tool(
-            "team_followup",
-            "Send a progress update about a message upstream; the message stays open.",
-            _Answer,
-            followup,
-        ),
-        tool(
-            "team_status",
-            "Message counts per mailbox and status.",
-            _Inbox,
-            status,
-            is_concurrency_safe=lambda _: True,
-        ),
-    ]

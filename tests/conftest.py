@@ -13,7 +13,15 @@ import pytest
 import pytest_asyncio
 from pydantic import BaseModel
 
-from agent_lattice import ResultMessage, ToolResult, create_bare_agent, tool
+from agent_lattice import (
+    AssistantMessage,
+    ModelMessage,
+    ResultMessage,
+    StreamEventMessage,
+    ToolResult,
+    create_bare_agent,
+    tool,
+)
 from agent_lattice.client import Runtime
 from agent_lattice.testing import FAST_SETTINGS, FakeAnthropicServer
 
@@ -137,6 +145,49 @@ class HostMember:
 
     def interrupt(self) -> bool:
         return False
+
+
+class StreamingHostMember(HostMember):
+    """A host AgentLike whose ``query()`` streams: a token event, its turn, then its result."""
+
+    def query(self, prompt, **options):
+        return self._messages(prompt)
+
+    async def _messages(self, prompt):
+        self.prompts.append(prompt)
+        answer = f"host did: {prompt}"
+        yield StreamEventMessage(event={"type": "message_start"}, session_id="h")
+        yield AssistantMessage(
+            message=ModelMessage(role="assistant", content=[{"type": "text", "text": answer}]),
+            session_id="h",
+        )
+        yield ResultMessage(subtype="success", result=answer, session_id="h")
+
+    async def prompt(self, prompt, **options) -> ResultMessage:
+        result = None
+        async for message in self.query(prompt):
+            result = message
+        return result
+
+
+class _Nothing(BaseModel):
+    pass
+
+
+def waiting_tool(check):
+    """A tool that returns once ``check()`` holds (a team lead waiting for its team's mail);
+    a ``check(ctx)`` gets the tool's context."""
+    import inspect
+
+    from agent_lattice.testing import assert_eventually
+
+    takes_ctx = bool(inspect.signature(check).parameters)
+
+    async def wait(_: _Nothing, ctx) -> str:
+        await assert_eventually(lambda: check(ctx) if takes_ctx else check(), within=40)
+        return "settled"
+
+    return tool("wait_for_mail", "Wait until the team's mail is settled.", _Nothing, wait)
 
 
 def named_agent(fake: FakeAnthropicServer, name: str, **options: object):

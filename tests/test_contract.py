@@ -203,6 +203,9 @@ def test_each_helper_schedules_its_own_activity(monkeypatch):
         ActivityName.TEAM_REPORT: lambda: contract.report_work(None, summary=""),
         ActivityName.TEAM_MAILBOX: lambda: contract.mirror_mailbox(None, summary=""),
         ActivityName.CHECK_TOOL_INPUT: lambda: contract.check_tool_input(None, summary=""),
+        ActivityName.TEAM_CLAIM: lambda: contract.claim_mail(None, summary=""),
+        ActivityName.TEAM_SETTLE: lambda: contract.settle_mail(None, summary=""),
+        ActivityName.TEAM_LEAD_MAIL: lambda: contract.deliver_lead_mail(None, summary=""),
     }
     assert set(calls) | {ActivityName.TEAM_ADAPTER} == set(ActivityName)
     for name, call in calls.items():
@@ -232,6 +235,8 @@ def test_presets_are_typed_values_and_name_only_known_failures():
         contract.TEAM_REPORT,
         contract.TEAM_MAILBOX,
         contract.CHECK_INPUT,
+        contract.MAIL_CLAIM,
+        contract.MAIL_SETTLE,
     ]
     known = {t.value for t in FailureType}
     for preset in presets:

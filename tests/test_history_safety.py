@@ -15,7 +15,16 @@ from agent_lattice import (
 )
 from agent_lattice.testing import Script, error, message, slow, text, tool_use, tool_use_block
 
-from conftest import API_KEY, HISTORIES, HostMember, keep_history, make_calculator, named_agent
+from conftest import (
+    API_KEY,
+    HISTORIES,
+    HostMember,
+    by_agent,
+    keep_history,
+    make_calculator,
+    named_agent,
+    waiting_tool,
+)
 
 
 def replayer() -> Replayer:
@@ -130,8 +139,66 @@ async def test_team_histories_replay(fake_anthropic, lattice_runtime):
         assert API_KEY not in history.to_json(), name
 
 
+async def test_team_mail_histories_replay(fake_anthropic, lattice_runtime):
+    """A team run whose runtime claims mail as it arrives (a member's team_send to a peer, the
+    peer's reply, a message to the lead delivered with its tool results) replays."""
+
+    def lead(request):
+        if len(request.messages) == 1:
+            return tool_use("researcher", {"mode": "handoff", "task": "research"})
+        if "Team mail in your mailbox" in (request.last_user_text or ""):
+            return text("lead done")
+        return tool_use("wait_for_mail", {})
+
+    def researcher(request):
+        prompt = request.messages[-1]["content"]
+        if prompt == "research" or (isinstance(prompt, str) and prompt.startswith("research\n")):
+            return tool_use("team_send", {"to": "writer", "body": "draft it"})
+        return text("ok")
+
+    def writer(request):
+        prompt = request.messages[-1]["content"]
+        if not isinstance(prompt, str):
+            return text("replied")
+        message_id = prompt.split("message_id: ")[1].split("\n")[0]
+        return message(
+            [
+                tool_use_block("team_reply", {"message_id": message_id, "body": "drafted"}),
+                tool_use_block("team_send", {"to": "lead", "body": "FYI: drafted"}),
+            ],
+            stop_reason="tool_use",
+        )
+
+    fake_anthropic.set_handler(by_agent(lead=lead, researcher=researcher, writer=writer))
+
+    async def settled():
+        boxes = [await team.mailbox.inbox(f"mailed::{n}") for n in ("writer", "researcher")]
+        return [m.status for box in boxes for m in box] == ["done"] * 3
+
+    team = create_team(
+        name="mailed",
+        lead=named_agent(fake_anthropic, "lead", tools=[waiting_tool(settled)], max_turns=40),
+        members=[
+            team_member(name="researcher", agent=named_agent(fake_anthropic, "researcher")),
+            team_member(name="writer", agent=named_agent(fake_anthropic, "writer")),
+        ],
+    )
+    result = await team.prompt("go")
+    assert result.result == "lead done"
+    lead_run = result.workflow_id
+    histories = {
+        "team_mail_run": await keep_history(
+            lattice_runtime, f"team-mailed-{lead_run.removeprefix('lead-')}", "team_mail_run"
+        ),
+        "team_mail_lead": await keep_history(lattice_runtime, lead_run, "team_mail_lead"),
+    }
+    for name, history in histories.items():
+        await replayer().replay_workflow(history)
+        assert API_KEY not in history.to_json(), name
+
+
 def test_histories_are_committed():
     names = {p.stem for p in HISTORIES.glob("*.json")}
     assert {"tool_loop", "interrupt", "api_error", "crash_mid_tool", "crash_mid_stream"} <= names
-    assert {"team_run", "team_lead", "team_mailbox"} <= names
+    assert {"team_run", "team_lead", "team_mailbox", "team_mail_run", "team_mail_lead"} <= names
     assert "approval" in names

@@ -12,9 +12,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._delegation import Delegation
+from .._host_member import DurableMessage, host_messages
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
-from .._messages import ModelMessage, ToolUseBlock
+from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
 from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import run_transcript
@@ -105,6 +106,8 @@ class DelegationActivities(ActivitiesBase):
                 grants=grants,
                 parent_session=input.session_id,
                 trace_parent=TraceParent(run_id=input.run_id or "", tool_use_id=use.id),
+                # an ask to a member: its mailbox tools tell the lead's team runtime
+                team_runtime_id=input.team_workflow_id if delegation.team else None,
             )
             if isinstance(started, ToolResult):
                 return await refuse(started)
@@ -180,6 +183,7 @@ class DelegationActivities(ActivitiesBase):
         grants: list[str],
         parent_session: str,
         trace_parent: TraceParent,
+        team_runtime_id: str | None = None,
     ) -> ChildQuery | ToolResult:
         """The child query of a delegated call, on the target's session as it is now: its
         input, workflow id and task queue (a TeamWorkflow's input when it is a team)."""
@@ -217,6 +221,7 @@ class DelegationActivities(ActivitiesBase):
         workflow_id = workflow_id_for(child, session.next_query())
         inner = delegation.inner_team
         if inner is None:
+            child_input.team_runtime_id = team_runtime_id
             return AgentChild(child=child_input, workflow_id=workflow_id, task_queue=child_queue)
         # a team member: its own TeamWorkflow runs it
         return TeamChild(
@@ -291,6 +296,26 @@ async def _settle_message(
         await mailbox.set_status(message_id, status, result=result)
 
 
+def to_team_stream(
+    lead_workflow_id: str, team: str, member: str, session_id: str
+) -> Callable[[DurableMessage], Awaitable[None]]:
+    """Where a host AgentLike member's durable messages go: each a signal to the lead's query,
+    which publishes it as an ``agent_message`` event of the team's stream (one history event
+    per message; token events are not passed on)."""
+    handle = activity.client().get_workflow_handle(lead_workflow_id)
+
+    async def forward(message: DurableMessage) -> None:
+        event = AgentMessageEvent(
+            team=team, member=member, workflow_id="", message=message, session_id=session_id
+        )
+        try:
+            await handle.signal("agent_message", event)
+        except Exception as err:  # the stream is a view: the member's work goes on
+            activity.logger.info("%s's message not streamed: %s", member, err)
+
+    return forward
+
+
 async def recorded_ask(
     lead: Agent,
     delegation: Delegation,
@@ -313,11 +338,17 @@ async def recorded_ask(
     await _record_ask(lead, lambda mailbox: mirror(mailbox, asked))
     status: MessageStatus = "failed"
     answer = "the call ended without an answer"
+    info = activity.info()
+    forward = to_team_stream(
+        info.workflow_id or "", delegation.team, delegation.member, lead.session_id
+    )
+    token = host_messages.set(forward)  # its messages join the lead's stream as it answers
     try:
         result = await call()
         status, answer = ("failed" if result.is_error else "done"), text_of(result.content)
         return result
     finally:
+        host_messages.reset(token)
         await _record_ask(lead, lambda mailbox: _settle_message(mailbox, asked.id, status, answer))
 
 

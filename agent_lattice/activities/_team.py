@@ -1,21 +1,36 @@
-"""Team activities: a handoff to a member started, run (a host AgentLike) and reported, and
-the runtime's view of a message mirrored into the team's mailbox."""
+"""Team activities: a handoff to a member started, run (a host AgentLike) and reported, the
+runtime's view of a message mirrored into the team's mailbox, and mailbox work: a member's
+mail claimed and settled by the drain rules, a lead's mail delivered, the runtime told of
+mail a tool call sent."""
 
 from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._delegation import Delegation
+from .._host_member import ask_host
 from .._loop import text_of
+from .._mailbox import TeamMessage
 from .._messages import ResultMessage, Usage
 from .._team import Team, has_mailbox_tools, team_of
+from .._team_mail import mail_sent, settle_work, work_prompt
 from .._tools import ToolResult
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._types import (
+    AdapterFinished,
     AdapterWork,
     Handoff,
+    LeadMail,
     MailboxMirrorInput,
+    MailClaim,
+    MailClaimed,
+    MailNotice,
+    MailSettled,
     MemberCancelled,
     MemberFailed,
     MemberFinished,
@@ -24,7 +39,11 @@ from ..workflows._types import (
     TraceParent,
 )
 from ._base import heartbeating, quiet_when_abandoned
-from ._delegation import DelegationActivities, delegation_of, mirror
+from ._delegation import DelegationActivities, delegation_of, mirror, to_team_stream
+
+# a lead's mail delivered with one batch of tool results, at most
+LEAD_MAIL_MAX = 20
+_MAIL_NS = uuid.UUID("0e7c5a1d-2b4f-4c3e-8d9a-6f1b2c3d4e5f")
 
 
 class TeamActivities(DelegationActivities):
@@ -72,8 +91,12 @@ class TeamActivities(DelegationActivities):
         activity of the TeamWorkflow; cancelling it cancels the call)."""
         lead = self._agent(handoff.lead_key, handoff.lead_session_id)
         target = delegation_of(lead, handoff.tool_name).target
+        # its messages join the team's stream through the lead's query
+        forward = to_team_stream(
+            handoff.lead_workflow_id, handoff.team, handoff.member, handoff.lead_session_id
+        )
         async with heartbeating(), quiet_when_abandoned():
-            return await target.prompt(handoff.task)
+            return await ask_host(target, handoff.task, forward)
 
     @activity.defn(name=ActivityName.TEAM_MAILBOX)
     async def team_mailbox(self, input: MailboxMirrorInput) -> None:
@@ -93,7 +116,7 @@ class TeamActivities(DelegationActivities):
         if delegation.kind == "adapter":  # a host AgentLike: lattice.team_adapter runs it
             return handoff.model_copy(update={"work": AdapterWork()})
         task = handoff.task
-        if _can_reply(delegation):
+        if _can_reply(delegation) and not handoff.mail:  # claimed mail's prompt says it all
             task += (
                 f"\n\n[team {handoff.team} · message_id {handoff.message_id} from "
                 f"{handoff.from_mailbox}] Your final answer is your report; you may instead "
@@ -102,16 +125,133 @@ class TeamActivities(DelegationActivities):
         started = await self._start_child(
             delegation,
             task,
-            seed=f"{handoff.lead_workflow_id}/{handoff.tool_use_id}",
+            seed=f"{handoff.lead_workflow_id}/{handoff.tool_use_id or handoff.message_id}",
             queue=activity.info().task_queue,
             context=handoff.context,
             grants=handoff.workspace_grants,
             parent_session=handoff.lead_session_id,
-            trace_parent=TraceParent(run_id=handoff.lead_run_id, tool_use_id=handoff.tool_use_id),
+            trace_parent=TraceParent(
+                run_id=handoff.lead_run_id, tool_use_id=handoff.tool_use_id or None
+            ),
+            team_runtime_id=activity.info().workflow_id,  # its mailbox tools tell this team
         )
         if isinstance(started, ToolResult):
             raise ApplicationError(text_of(started.content), type=FailureType.MEMBER_BUSY)
         return handoff.model_copy(update={"work": started})
+
+    @activity.defn(name=ActivityName.TEAM_CLAIM)
+    async def team_claim(self, input: MailClaim) -> MailClaimed:
+        """The next pending message of a member's mailbox, claimed for the team runtime, and
+        the work item that runs it (the member prompted as ``drain()`` prompts it)."""
+        lead = self._agent(input.lead_key, input.lead_session_id)
+        team = self._registry.team_of(input.lead_key, input.lead_session_id)
+        member = input.mailbox.split("::", 1)[1]
+        if team is None or member not in {m.name for m in team.members}:
+            return MailClaimed()  # not a member mailbox of this team: nothing to claim
+        delegation = delegation_of(lead, member)  # the lead's tool for the member
+        message = await team.mailbox.claim_next(input.mailbox)
+        if message is None:
+            return MailClaimed()
+        handoff = Handoff(
+            team=team.name,
+            member=member,
+            tool_use_id="",
+            tool_name=member,
+            lead_key=input.lead_key,
+            lead_session_id=input.lead_session_id,
+            lead_workflow_id=input.lead_workflow_id,
+            message_id=message.id,
+            work_item_id=f"wi_{uuid.uuid5(_MAIL_NS, message.id).hex[:20]}",
+            thread_id=message.thread_id,
+            from_mailbox=message.from_mailbox,
+            to_mailbox=message.to_mailbox,
+            task=work_prompt(team.name, message, answers_itself=not _can_reply(delegation)),
+            mail=True,
+        )
+        return MailClaimed(message=message, handoff=handoff)
+
+    @activity.defn(name=ActivityName.TEAM_SETTLE)
+    async def team_settle(self, input: TeamReportInput) -> MailSettled:
+        """Claimed mail's work ended: its message ends by the drain rules (a local activity
+        of the TeamWorkflow; the rules send each answer once, so running it again is safe)."""
+        ended = input.root
+        handoff = ended.handoff
+        lead = self._agent(handoff.lead_key, handoff.lead_session_id)
+        delegation = delegation_of(lead, handoff.tool_name)
+        output = ended.output if isinstance(ended, MemberFinished) else None
+        if handoff.work is not None and not isinstance(handoff.work, AdapterWork):
+            await self._absorb(delegation, output)  # it started: the session is free again
+        team = self._registry.team_of(handoff.lead_key, handoff.lead_session_id)
+        if team is None:
+            raise ApplicationError(
+                f"{handoff.lead_key} leads no team on this worker",
+                type=FailureType.AGENT_NOT_REGISTERED,
+                non_retryable=True,
+            )
+        message = await team.mailbox.get(handoff.message_id)
+        if message is None:
+            raise ApplicationError(
+                f"message {handoff.message_id} is gone from team {team.name!r}'s mailbox",
+                non_retryable=True,
+            )
+        result = (
+            output.result
+            if output is not None
+            else ended.adapter_result
+            if isinstance(ended, AdapterFinished)
+            else None
+        )
+        stopped = result is not None and result.subtype in ("interrupted", "error_abort")
+        settled = await settle_work(
+            team.mailbox,
+            handoff.member,
+            message,
+            result,
+            answers_itself=not _can_reply(delegation),
+            error=ended.error if isinstance(ended, MemberFailed | MemberCancelled) else None,
+            cancelled=isinstance(ended, MemberCancelled) or stopped,
+        )
+        return MailSettled(message=settled.message, upstream=settled.upstream)
+
+    @activity.defn(name=ActivityName.TEAM_LEAD_MAIL)
+    async def team_lead_mail(self, input: LeadMail) -> list[TeamMessage]:
+        """The pending messages of a team lead's mailbox, claimed and marked delivered (the
+        lead's query puts them in its next model request)."""
+        self._agent(input.lead_key, input.lead_session_id)  # raises when not served here
+        team = self._registry.team_of(input.lead_key, input.lead_session_id)
+        if team is None:
+            return []
+        mailbox, box = team.mailbox, team.mailbox_id("lead")
+        delivered: list[TeamMessage] = []
+        while len(delivered) < LEAD_MAIL_MAX:
+            message = await mailbox.claim_next(box)
+            if message is None:
+                break
+            delivered.append(
+                await mailbox.set_status(message.id, "done", result="delivered to the lead")
+            )
+        return delivered
+
+
+@asynccontextmanager
+async def telling_of_mail(team_runtime_id: str | None) -> AsyncIterator[None]:
+    """Around a tool call: the mail its mailbox tools send is announced to the running team
+    runtime (a signal), which claims it as members are free."""
+    if team_runtime_id is None:
+        yield
+        return
+    sent: list[str] = []
+    token = mail_sent.set(sent)
+    try:
+        yield
+    finally:
+        mail_sent.reset(token)
+        if sent:
+            try:
+                handle = activity.client().get_workflow_handle(team_runtime_id)
+                await handle.signal("mail", MailNotice(mailboxes=sent))
+            except Exception as err:  # the run ended: the mail waits for drain() or a query
+                activity.logger.info("team runtime %s not told of mail: %s", team_runtime_id, err)
 
 
 def _can_reply(delegation: Delegation) -> bool:

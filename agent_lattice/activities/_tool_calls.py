@@ -13,6 +13,7 @@ from ..workflows._contract import ActivityName
 from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInput, TraceInput
 from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
 from ._delegation import recorded_ask
+from ._team import telling_of_mail
 from ._tools import CallRecord, invalid_input, permission_verdict, tool_context
 
 
@@ -54,7 +55,7 @@ class ToolActivities(ActivitiesBase):
                 return await recorded_ask(agent, delegation, use, invoke)  # a host member
             return await invoke()
 
-        async with heartbeating(), quiet_when_abandoned():
+        async with heartbeating(), quiet_when_abandoned(), telling_of_mail(input.team_runtime_id):
             result = await record.answer()
             decided = None if result is not None else await record.guard(verdict)
             if isinstance(decided, ApprovalAsk):  # nothing ran: the run waits for a person

@@ -180,8 +180,9 @@ class Producers:
         assert source is not None
         try:
             async for nested in self.source.durable_messages(source, appears_within=self.appears_s):
-                if isinstance(nested, TeamMessageEvent | TeamAgentEvent):
-                    await self.merge.put(Nested(nested))  # the inner team's own event
+                if isinstance(nested, TeamMessageEvent | TeamAgentEvent | AgentMessageEvent):
+                    # the inner team's own event, or a message of its host AgentLike member
+                    await self.merge.put(Nested(nested))
                     if follows(nested):
                         self.follow(nested)
                 elif isinstance(

@@ -8,7 +8,7 @@ import inspect
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -34,7 +34,7 @@ from .._options import check_options
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
-from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ..workflows._types import AgentRunInput, AgentRunOutput, MailNotice, TeamRunInput
 from ._approvals import decide, find_approval
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
@@ -42,7 +42,7 @@ from ._runtime import Runtime, get_default_runtime
 
 if TYPE_CHECKING:
     from .._agent import Agent
-    from .._team import Team
+    from .._team import RunsTeam
 
 __all__ = ["QueryRun"]
 
@@ -64,7 +64,7 @@ class QueryRun:
         agent: Agent,
         prompt: str | Sequence[Mapping[str, Any]],
         options: Mapping[str, Any],
-        team: Team | None,
+        team: RunsTeam | None,
     ) -> QueryRun:
         """The client's :class:`~agent_lattice._session.QueryRunner` (registered on import)."""
         run = cls(agent, prompt, **options)
@@ -130,7 +130,8 @@ class QueryRun:
         self._interrupt_requested = False
         self._done = False
         self._signals: list[asyncio.Task[None]] = []
-        self.team: Team | None = None  # set when this agent runs as a team's lead
+        self.team: RunsTeam | None = None  # set when this agent runs as a team's lead
+        self._unwatch: Callable[[], None] | None = None  # stops team.send() telling this run
         self.final_head: str | None = None  # the transcript after the run, once it ended
         self.transcript: list[ModelMessage] | None = None  # the whole of it, when compacted
         self.mirror: QueryMirror | None = None  # the history store's writer, from the start
@@ -237,6 +238,13 @@ class QueryRun:
                 result_type=AgentRunOutput,
                 start_signal=aborted,
             )
+            handle = self._handle
+
+            async def tell(mailboxes: list[str]) -> None:
+                await handle.signal("mail", MailNotice(mailboxes=mailboxes))
+
+            # team.send() while this query runs: its team runtime claims the message
+            self._unwatch = team.watch_mail(tell)
         else:
             self._handle = await runtime.client.start_workflow(
                 "AgentWorkflow",
@@ -357,6 +365,8 @@ class QueryRun:
     async def _finish(self, new_messages: list[ModelMessage]) -> None:
         """The session is free again and holds the query's messages."""
         await self._stop_watching()
+        if self._unwatch is not None:
+            self._unwatch()
         session = self.agent.session
         session.release()
         await session.absorb(

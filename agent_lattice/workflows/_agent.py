@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from .._loop import text_of
     from .._messages import (
+        AgentMessageEvent,
         AssistantMessage,
         ContentBlock,
         ErrorInfo,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunOutput,
         CompactInput,
         Continuation,
+        MailNotice,
         ModelCallInput,
         ModelCallOutput,
         Report,
@@ -99,6 +101,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
         self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
         self._reports: dict[str, Report] = {}
+        self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
         self._init_approvals()
 
     @workflow.signal
@@ -138,6 +141,16 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
     @workflow.signal
     def team_agent(self, event: TeamAgentEvent) -> None:
         self._publish(event)
+
+    @workflow.signal
+    def agent_message(self, event: AgentMessageEvent) -> None:
+        """A host AgentLike member's own message (its work runs in an activity)."""
+        self._publish(event)
+
+    @workflow.signal
+    def mail(self, notice: MailNotice) -> None:
+        """Mail arrived in this lead's team mailbox: it joins the next tool results."""
+        self._mail_waiting = True
 
     async def _deadline(self, seconds: float) -> None:
         await workflow.sleep(seconds)
@@ -335,6 +348,10 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
         handed = [u.id for u in reply.tool_uses if u.id in self._handoffs]
         if handed:  # the lead waits for every handoff of the batch to report
             blocks.append(await self._collect_reports(handed))
+        if self._mail_waiting and not self._aborted:
+            mail = await self._lead_mail()
+            if mail is not None:
+                blocks.append(mail)
         results = ModelMessage(role="user", content=blocks)
         self._add(results, UserMessage(message=results, session_id=input.session_id))
         ending = next((o for o in outcomes if o.end_turn), None)

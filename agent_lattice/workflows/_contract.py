@@ -21,6 +21,7 @@ from temporalio.workflow import ActivityCancellationType
 
 # ErrorKind (the types of the error results a failure maps to) lives beside ErrorInfo: the
 # loop's pure decisions read it too
+from .._mailbox import TeamMessage
 from .._messages import ErrorKind, ResultMessage, ToolResultBlock
 from ._approval_types import InputProblem, ToolInputCheck
 from ._types import (
@@ -30,7 +31,11 @@ from ._types import (
     DelegateCallInput,
     DelegatePrepared,
     Handoff,
+    LeadMail,
     MailboxMirrorInput,
+    MailClaim,
+    MailClaimed,
+    MailSettled,
     ModelCallInput,
     ModelCallOutput,
     Report,
@@ -43,6 +48,8 @@ from ._types import (
 
 __all__ = [
     "HOST_FAILURES",
+    "MAIL_CLAIM",
+    "MAIL_SETTLE",
     "PROVIDER_FAILURES",
     "TEAM_MAILBOX",
     "TEAM_REPORT",
@@ -55,10 +62,12 @@ __all__ = [
     "adapter_preset",
     "call_tool",
     "check_tool_input",
+    "claim_mail",
     "compact",
     "compaction_preset",
     "delegate_finish",
     "delegate_prepare",
+    "deliver_lead_mail",
     "hook_results",
     "hooks_preset",
     "host_preset",
@@ -66,6 +75,7 @@ __all__ = [
     "model_preset",
     "report_work",
     "request_model",
+    "settle_mail",
     "start_team_adapter",
     "start_work",
     "tool_preset",
@@ -90,6 +100,9 @@ class ActivityName(StrEnum):
     TEAM_REPORT = "lattice.team_report"
     TEAM_MAILBOX = "lattice.team_mailbox"
     CHECK_TOOL_INPUT = "lattice.check_tool_input"
+    TEAM_CLAIM = "lattice.team_claim"
+    TEAM_SETTLE = "lattice.team_settle"
+    TEAM_LEAD_MAIL = "lattice.team_lead_mail"
 
 
 class FailureType(StrEnum):
@@ -278,6 +291,28 @@ TEAM_MAILBOX = Preset(
     local=True, start_to_close=timedelta(seconds=30), retry=RetryPolicy(maximum_attempts=3)
 )
 
+# A claim takes a message from the backend and cannot be taken back: a regular activity, so
+# its result is recorded once (a local one runs again when the workflow task carrying its
+# result is lost, and the first message would stay claimed for nobody).
+MAIL_CLAIM = Preset(
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_attempts=3,
+        non_retryable_error_types=_final(FailureType.AGENT_NOT_REGISTERED),
+    ),
+)
+
+# the drain rules on a claimed message: host I/O, tried a few times (then the message stays
+# processing in the backend, and the run goes on)
+MAIL_SETTLE = Preset(
+    local=True,
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(
+        maximum_attempts=5, non_retryable_error_types=_final(FailureType.AGENT_NOT_REGISTERED)
+    ),
+)
+
 
 def _start(
     name: ActivityName,
@@ -378,3 +413,26 @@ async def check_tool_input(
 ) -> InputProblem:
     """What the tool's schema finds wrong with an updated input."""
     return await _start(ActivityName.CHECK_TOOL_INPUT, input, InputProblem, preset, summary)
+
+
+async def claim_mail(input: MailClaim, preset: Preset = MAIL_CLAIM, *, summary: str) -> MailClaimed:
+    """The next pending message of a member's mailbox, claimed (if there is one)."""
+    return await _start(ActivityName.TEAM_CLAIM, input, MailClaimed, preset, summary)
+
+
+async def settle_mail(
+    input: TeamReportInput, preset: Preset = MAIL_SETTLE, *, summary: str
+) -> MailSettled:
+    """A claimed message's work ended: the drain rules applied (they send each answer once, so
+    a local activity may run them again)."""
+    return await _start(ActivityName.TEAM_SETTLE, input, MailSettled, preset, summary)
+
+
+async def deliver_lead_mail(
+    input: LeadMail, preset: Preset = MAIL_CLAIM, *, summary: str
+) -> list[TeamMessage]:
+    """The pending messages of a lead's mailbox, claimed and marked delivered."""
+    delivered: list[TeamMessage] = await _start(
+        ActivityName.TEAM_LEAD_MAIL, input, list[TeamMessage], preset, summary
+    )
+    return delivered

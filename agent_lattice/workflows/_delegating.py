@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         CallEnded,
         DelegateCallInput,
         HandedOff,
+        LeadMail,
         Report,
         ToolCallInput,
         ToolCallOutput,
@@ -47,6 +48,7 @@ class Delegating:
     _usage_by_agent: dict[str, Usage]
     _handoffs: set[str]
     _reports: dict[str, Report]
+    _mail_waiting: bool
     # from ToolBatch
     _call_input: Callable[[ToolUseBlock], ToolCallInput]
     _could_not_run: Callable[[ToolUseBlock, BaseException], ToolCallOutput]
@@ -130,6 +132,31 @@ class Delegating:
             for r in reports
         ]
         return TextBlock(text="Team reports, in handoff order:\n\n" + "\n\n".join(parts))
+
+    async def _lead_mail(self) -> TextBlock | None:
+        """The messages waiting in this lead's team mailbox, claimed and delivered as one text
+        block (mail that arrives after the lead's last model request stays pending)."""
+        self._mail_waiting = False  # mail announced from now on is taken next time
+        input = self._input
+        try:
+            delivered = await contract.deliver_lead_mail(
+                LeadMail(lead_key=input.agent.key, lead_session_id=input.session_id),
+                summary=f"{input.agent.name} · team mail",
+            )
+        except (ActivityError, ApplicationError) as err:
+            workflow.logger.warning("team mail not delivered: %s", err)
+            return None
+        if not delivered:
+            return None
+        parts = [
+            f"[{m.kind} from {m.from_mailbox} · message {m.id}"
+            + (f" · re {m.reply_to}" if m.reply_to else "")
+            + (f" · subject {m.subject}" if m.subject else "")
+            + f"]\n{m.body}"
+            for m in delivered
+        ]
+        box = delivered[0].to_mailbox
+        return TextBlock(text=f"Team mail in your mailbox {box}:\n\n" + "\n\n".join(parts))
 
     def _signal_team(self, name: str) -> None:
         team_id = self._input.team_workflow_id

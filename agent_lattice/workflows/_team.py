@@ -7,11 +7,18 @@ time per member mailbox. Progress goes to the lead as ``team_message``/``team_ag
 (published on the lead's stream, so readers see one stream in progress order), and each
 member's report goes back as a ``report`` signal; the lead collects its batch's reports in
 handoff order. The mailbox state lives here, durable through Temporal; ``mailbox`` reads it.
+
+Mail sent while it runs (a member's ``team_send``, the host's ``team.send()``) arrives as a
+``mail`` signal naming its mailbox: a member's mailbox is claimed from the team's backend in
+an activity when the member is free (within the same limits, after queued handoffs), and the
+message runs as a work item settled by the drain rules; mail for the lead's mailbox is passed
+on to the lead, which takes it with its next tool results.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +37,10 @@ with workflow.unsafe.imports_passed_through():
         AgentRunOutput,
         Handoff,
         MailboxMirrorInput,
+        MailClaim,
+        MailClaimed,
+        MailNotice,
+        MailSettled,
         MemberCancelled,
         MemberFailed,
         MemberFinished,
@@ -48,6 +59,8 @@ class TeamWorkflow:
     def __init__(self, input: TeamRunInput) -> None:
         self._input = input
         self._queue: list[Handoff] = []
+        # member mailboxes that may hold pending mail, in the order it was announced
+        self._mail: dict[str, None] = {}
         self._messages: dict[str, TeamMessage] = {}
         self._busy: set[str] = set()  # member mailboxes with a work item running
         self._working = 0  # work items started and not yet reported and mirrored
@@ -78,6 +91,13 @@ class TeamWorkflow:
             updated_at=workflow.now().timestamp(),
         )
         self._event_message(handoff, "sent", handoff.task)
+
+    @workflow.signal
+    def mail(self, notice: MailNotice) -> None:
+        """Mail was sent to these mailboxes (by a member's mailbox tools, or the host's
+        ``team.send()``): the runtime claims it as members are free."""
+        for box in notice.mailboxes:
+            self._announce(box)
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -161,29 +181,77 @@ class TeamWorkflow:
     ) -> None:
         self._tasks.add(asyncio.ensure_future(signal_quietly(handle, name)))
 
-    def _startable(self) -> Handoff | None:
+    def _announce(self, box: str) -> None:
+        """Mail in ``box``: the lead's goes to the lead (it takes it with its next tool
+        results); a member's is claimed when the member is free (not once the run stops)."""
+        team = self._input.team
+        if box == f"{team}::lead":
+            self._to_lead("mail", MailNotice(mailboxes=[box]))
+        elif box.startswith(f"{team}::") and self._stopping is None:
+            self._mail[box] = None
+
+    def _startable(self) -> Handoff | str | None:
+        """The next work to start: a queued handoff (the lead waits for those), else a
+        member mailbox to claim mail from; within the limit, one at a time per mailbox."""
         if len(self._busy) >= self._input.max_concurrent_work_items:
             return None
-        return next((h for h in self._queue if h.to_mailbox not in self._busy), None)
+        handoff = next((h for h in self._queue if h.to_mailbox not in self._busy), None)
+        if handoff is not None or self._stopping is not None:
+            return handoff
+        return next((box for box in self._mail if box not in self._busy), None)
 
     async def _run_work(self) -> None:
         while True:
             await workflow.wait_condition(lambda: self._startable() is not None)
-            handoff = self._startable()
-            assert handoff is not None
-            self._queue.remove(handoff)
-            self._busy.add(handoff.to_mailbox)
+            work = self._startable()
+            assert work is not None
+            if isinstance(work, Handoff):
+                self._queue.remove(work)
+                box, job = work.to_mailbox, self._work_item(work)
+            else:
+                del self._mail[work]
+                box, job = work, self._claimed_work(work)
+            self._busy.add(box)
             self._working += 1  # counted at once: the item is never in neither place
-            task = asyncio.ensure_future(self._work(handoff))
+            task = asyncio.ensure_future(self._work(job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _work(self, handoff: Handoff) -> None:
+    async def _work(self, job: Coroutine[Any, Any, None]) -> None:
         """One work item: the member's query as a child workflow, then its report."""
         try:
-            await self._work_item(handoff)
+            await job
         finally:
             self._working -= 1
+
+    async def _claimed_work(self, box: str) -> None:
+        """Claim the next pending message of a member's mailbox and run it as a work item
+        (the member's mailbox stays busy throughout)."""
+        input = self._input
+        try:
+            claimed = await contract.claim_mail(
+                MailClaim(
+                    lead_key=input.lead.agent.key,
+                    lead_session_id=input.lead.session_id,
+                    lead_workflow_id=input.lead_workflow_id,
+                    mailbox=box,
+                ),
+                summary=f"team {input.team} · claim mail of {box}",
+            )
+        except (ActivityError, ApplicationError) as err:
+            workflow.logger.warning("team %s: mail of %s not claimed: %s", input.team, box, err)
+            claimed = MailClaimed()
+        if claimed.message is None or claimed.handoff is None:
+            self._busy.discard(box)
+            return
+        lead_run = self._lead.first_execution_run_id if self._lead is not None else None
+        handoff = claimed.handoff.model_copy(
+            update={"context": input.lead.context, "lead_run_id": lead_run or ""}
+        )
+        self._messages[handoff.message_id] = claimed.message
+        self._event_message(handoff, "sent", claimed.message.body)
+        await self._work_item(handoff)
+        self._announce(box)  # more may be waiting: claim again once this one is done
 
     async def _work_item(self, handoff: Handoff) -> None:
         output: AgentRunOutput | None = None
@@ -191,7 +259,8 @@ class TeamWorkflow:
         error: str | None = None
         cancelled = False
         self._set_status(handoff.message_id, "processing")
-        await self._mirror(handoff)
+        if not handoff.mail:  # claimed mail is processing in the backend already
+            await self._mirror(handoff)
         try:
             if self._stopping is None:
                 handoff = await contract.start_work(
@@ -230,6 +299,10 @@ class TeamWorkflow:
             if cancelled
             else MemberFailed(handoff=handoff, error=error or "")
         )
+        if handoff.mail:
+            finished = output.result if output is not None else adapter_result
+            await self._settle_mail(TeamReportInput(ended), finished)
+            return
         report = await contract.report_work(
             TeamReportInput(ended), summary=f"team {handoff.team} · report from {handoff.member}"
         )
@@ -244,6 +317,28 @@ class TeamWorkflow:
         sent = self._to_lead("report", report)
         if sent is not None:
             await sent
+
+    async def _settle_mail(self, ended: TeamReportInput, finished: ResultMessage | None) -> None:
+        """Claimed mail's work ended: the drain rules say how its message ends (no report:
+        the lead did not hand it off); an answer they sent upstream is mail in turn."""
+        handoff = ended.root.handoff
+        try:
+            settled = await contract.settle_mail(
+                ended, summary=f"team {handoff.team} · mail of {handoff.member}"
+            )
+        except (ActivityError, ApplicationError) as err:
+            workflow.logger.warning("team mail %s not settled: %s", handoff.message_id, err)
+            settled = MailSettled(message=self._messages[handoff.message_id])
+        self._busy.discard(handoff.to_mailbox)
+        self._messages[handoff.message_id] = settled.message
+        if finished is not None:
+            self._event_agent(handoff, "finished", finished.subtype)
+        status = settled.message.status
+        event = {"done": "completed", "failed": "failed", "cancelled": "cancelled"}.get(status)
+        if event is not None:  # a follow-up keeps the message open: it has not ended
+            self._event_message(handoff, event, settled.message.result)
+        if settled.upstream is not None:
+            self._announce(settled.upstream)
 
     async def _run_adapter(self, handoff: Handoff) -> ResultMessage:
         """A host AgentLike member's work: its ``prompt()`` in a heartbeating activity (run

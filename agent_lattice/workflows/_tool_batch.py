@@ -92,6 +92,7 @@ class ToolBatch:
             context=input.context,
             trace_seq=self._seq_block(2),
             workspace_grants=input.workspace_grants,
+            team_runtime_id=input.team_runtime_id or input.team_workflow_id,
         )
 
     async def _call_tool_activity(self, use: ToolUseBlock) -> ToolCallOutput:

@@ -54,6 +54,11 @@ __all__ = [
     "HandedOff",
     "Handoff",
     "HandoffWork",
+    "LeadMail",
+    "MailClaim",
+    "MailClaimed",
+    "MailNotice",
+    "MailSettled",
     "MailboxMirrorInput",
     "MemberCancelled",
     "MemberFailed",
@@ -196,6 +201,9 @@ class AgentRunInput(BaseModel):
     trace_parent: TraceParent | None = None
     # the query's limit on how long an approval request waits (None: the agent's)
     approval_timeout_s: float | None = None
+    # the TeamWorkflow told of the mail this run's mailbox tools send (a team member's work
+    # or ask; a lead tells its own, ``team_workflow_id``)
+    team_runtime_id: str | None = None
 
 
 class AgentRunOutput(BaseModel):
@@ -251,6 +259,8 @@ class ToolCallInput(BaseModel):
     workspace_grants: list[str] = Field(default_factory=list)
     # a person allowed this call: it runs without the permission callback or approval again
     approved: bool = False
+    # the running TeamWorkflow to tell of mail the call's mailbox tools sent
+    team_runtime_id: str | None = None
 
 
 class ToolResultsHookInput(BaseModel):
@@ -382,6 +392,9 @@ class Handoff(BaseModel):
     workspace_grants: list[str] = Field(default_factory=list[str])
     # set when the work starts: what runs it (the member's session as it is then)
     work: HandoffWork | None = None
+    # a message of the member's mailbox the team runtime claimed (not a lead's handoff): it
+    # ends by the drain rules, and no report goes to the lead
+    mail: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -431,6 +444,42 @@ class Report(BaseModel):
     content: str
     usage: Usage = Field(default_factory=Usage)
     usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
+
+
+class MailNotice(BaseModel):
+    """Mail was sent to these mailboxes (a signal to the team runtime, and to its lead)."""
+
+    mailboxes: list[str]
+
+
+class MailClaim(BaseModel):
+    """Claim the next pending message of a member's mailbox for the team runtime."""
+
+    lead_key: str
+    lead_session_id: str
+    lead_workflow_id: str
+    mailbox: str
+
+
+class MailClaimed(BaseModel):
+    """A claimed message and the work item that runs it (neither: nothing was pending)."""
+
+    message: TeamMessage | None = None
+    handoff: Handoff | None = None
+
+
+class MailSettled(BaseModel):
+    """A claimed message after its work (see ``_team_mail.settle_work``)."""
+
+    message: TeamMessage
+    upstream: str | None = None
+
+
+class LeadMail(BaseModel):
+    """Deliver the pending messages of a team lead's mailbox to its query."""
+
+    lead_key: str
+    lead_session_id: str
 
 
 class MailboxMirrorInput(BaseModel):
