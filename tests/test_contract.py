@@ -202,6 +202,7 @@ def test_each_helper_schedules_its_own_activity(monkeypatch):
         ActivityName.TEAM_START: lambda: contract.start_work(None, summary=""),
         ActivityName.TEAM_REPORT: lambda: contract.report_work(None, summary=""),
         ActivityName.TEAM_MAILBOX: lambda: contract.mirror_mailbox(None, summary=""),
+        ActivityName.LAND_MESSAGE: lambda: contract.land_message(None, summary=""),
     }
     assert set(calls) | {ActivityName.TEAM_ADAPTER} == set(ActivityName)
     for name, call in calls.items():
@@ -230,6 +231,7 @@ def test_presets_are_typed_values_and_name_only_known_failures():
         contract.TEAM_START,
         contract.TEAM_REPORT,
         contract.TEAM_MAILBOX,
+        contract.LAND,
     ]
     known = {t.value for t in FailureType}
     for preset in presets:

@@ -134,3 +134,4 @@ def test_histories_are_committed():
     names = {p.stem for p in HISTORIES.glob("*.json")}
     assert {"tool_loop", "interrupt", "api_error", "crash_mid_tool", "crash_mid_stream"} <= names
     assert {"team_run", "team_lead", "team_mailbox"} <= names
+    assert {"child_landing", "child_store_failed"} <= names

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from . import _contract as contract
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
+    from ._landing import StoreLanding
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
@@ -69,7 +70,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating):
+class AgentWorkflow(ToolBatch, Delegating, StoreLanding):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -98,6 +99,8 @@ class AgentWorkflow(ToolBatch, Delegating):
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
         self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
         self._reports: dict[str, Report] = {}
+        landing = carried.landing if carried else input.landing
+        self._landing = landing.model_copy() if landing else None
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -205,6 +208,8 @@ class AgentWorkflow(ToolBatch, Delegating):
                 return await self._finish("error_during_execution", error=error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
+        # the prompt lands first: a store bound to fail that fails leaves no model request
+        await self._land(None if input.prompt_in_head else prompt, head=input.head)
         return await self._loop()
 
     async def _resume(self, carried: Continuation) -> AgentRunOutput:
@@ -241,6 +246,7 @@ class AgentWorkflow(ToolBatch, Delegating):
             trace_seq=self._trace_seq,
             started_at=self._started_at,
             runs=(self._input.continuation.runs if self._input.continuation else 1) + 1,
+            landing=self._landing,
         )
         await self._stream.continue_as_new(
             lambda state: [
@@ -315,9 +321,12 @@ class AgentWorkflow(ToolBatch, Delegating):
         output = self._take_reply()
         assert output is not None
         reply, input = output.message, self._input
+        stored = await self._land(reply, head=output.head)
         self._made_here: set[str] = set()
         try:
-            if step.refused:
+            if not stored:  # the run stops at the failed write: none of the calls runs
+                outcomes = self._made(self._not_stored(reply))
+            elif step.refused:
                 outcomes = self._made([ToolCallOutput(block=b) for b in step.refused])
             else:
                 outcomes = await self._run_tools(reply, set(output.concurrency_safe))
@@ -328,6 +337,7 @@ class AgentWorkflow(ToolBatch, Delegating):
             # next query must not send a tool_use without its tool_result.
             self._head = output.request_head
             self._new_count -= 1
+            self._landed_turn_dropped()
             return BatchFailed(error_info(err))
         blocks: list[ContentBlock] = [o.block for o in outcomes]
         handed = [u.id for u in reply.tool_uses if u.id in self._handoffs]
@@ -335,6 +345,7 @@ class AgentWorkflow(ToolBatch, Delegating):
             blocks.append(await self._collect_reports(handed))
         results = ModelMessage(role="user", content=blocks)
         self._add(results, UserMessage(message=results, session_id=input.session_id))
+        await self._land(results, head=self._head, unsent=self._unsent)
         ending = next((o for o in outcomes if o.end_turn), None)
         if ending is None:
             return BatchDone()
@@ -345,7 +356,9 @@ class AgentWorkflow(ToolBatch, Delegating):
         )
 
     async def _finish_step(self, step: Finish) -> AgentRunOutput:
-        self._take_reply()  # a final answer joins the conversation before the result
+        output = self._take_reply()  # a final answer joins the conversation before the result
+        if output is not None:
+            await self._land(output.message, head=output.head)
         return await self._finish(
             step.subtype,
             result=step.result,
@@ -468,6 +481,8 @@ class AgentWorkflow(ToolBatch, Delegating):
         error: ErrorInfo | None = None,
     ) -> AgentRunOutput:
         info = workflow.info()
+        if self._landing is not None and self._landing.error is not None:
+            subtype, error = "error_during_execution", self._landing.error  # its store failed
         if self._traced:
             try:
                 await self._trace(
@@ -511,4 +526,5 @@ class AgentWorkflow(ToolBatch, Delegating):
             unsent=self._unsent,
             new_count=self._new_count,
             compacted=self._compacted,
+            landing=self._landing,
         )

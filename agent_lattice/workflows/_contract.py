@@ -29,6 +29,7 @@ from ._types import (
     DelegateCallInput,
     DelegatePrepared,
     Handoff,
+    LandInput,
     MailboxMirrorInput,
     ModelCallInput,
     ModelCallOutput,
@@ -42,6 +43,7 @@ from ._types import (
 
 __all__ = [
     "HOST_FAILURES",
+    "LAND",
     "PROVIDER_FAILURES",
     "TEAM_MAILBOX",
     "TEAM_REPORT",
@@ -60,6 +62,7 @@ __all__ = [
     "hook_results",
     "hooks_preset",
     "host_preset",
+    "land_message",
     "mirror_mailbox",
     "model_preset",
     "report_work",
@@ -87,6 +90,7 @@ class ActivityName(StrEnum):
     TEAM_ADAPTER = "lattice.team_adapter"
     TEAM_REPORT = "lattice.team_report"
     TEAM_MAILBOX = "lattice.team_mailbox"
+    LAND_MESSAGE = "lattice.land_message"
 
 
 class FailureType(StrEnum):
@@ -111,6 +115,8 @@ class FailureType(StrEnum):
     COMPACTION_FAILED = "CompactionFailed"
     # a team member's session is busy with another query (the start is retried)
     MEMBER_BUSY = "MemberBusy"
+    # a delegated run's history store, bound to fail_on_error, failed: the run stops
+    HISTORY_STORE_ERROR = "HistoryStoreError"
 
 
 # host code failed: the query stops (such a failure never becomes a tool result)
@@ -262,6 +268,17 @@ TEAM_REPORT = Preset(
     start_to_close=timedelta(seconds=60),
     retry=RetryPolicy(non_retryable_error_types=_final(FailureType.AGENT_NOT_REGISTERED)),
 )
+# a delegated run's message into its agent's history store (local: no history but the marker)
+LAND = Preset(
+    local=True,
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(
+        maximum_attempts=3,
+        non_retryable_error_types=_final(
+            FailureType.HISTORY_STORE_ERROR, FailureType.AGENT_NOT_REGISTERED
+        ),
+    ),
+)
 # best effort: the team's own mailbox backend
 TEAM_MAILBOX = Preset(
     local=True, start_to_close=timedelta(seconds=30), retry=RetryPolicy(maximum_attempts=3)
@@ -360,3 +377,9 @@ async def mirror_mailbox(
     input: MailboxMirrorInput, preset: Preset = TEAM_MAILBOX, *, summary: str
 ) -> None:
     await _start(ActivityName.TEAM_MAILBOX, input, None, preset, summary)
+
+
+async def land_message(input: LandInput, preset: Preset = LAND, *, summary: str) -> bool:
+    """Whether the store holds the conversation up to the message, after writing it."""
+    synced: bool = await _start(ActivityName.LAND_MESSAGE, input, bool, preset, summary)
+    return synced

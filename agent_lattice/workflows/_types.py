@@ -27,6 +27,7 @@ from .._batches import BatchDecision
 from .._mailbox import TeamMessage
 from .._messages import (
     ContentBlock,
+    ErrorInfo,
     ModelMessage,
     ResultMessage,
     ToolResultBlock,
@@ -53,6 +54,8 @@ __all__ = [
     "HandedOff",
     "Handoff",
     "HandoffWork",
+    "LandInput",
+    "Landing",
     "MailboxMirrorInput",
     "MemberCancelled",
     "MemberFailed",
@@ -134,6 +137,30 @@ class RequestOptions(BaseModel):
     timeout_ms: int | None = None
 
 
+class Landing(BaseModel):
+    """Where a delegated run's messages stand in its agent's history store: the run writes
+    each as it lands (``lattice.land_message``), and its end writes only what did not land."""
+
+    landed: int = 0  # the run's messages written so far, the prompt first
+    synced: bool = True  # the store holds the conversation up to them
+    # the store, bound to fail_on_error, failed: nothing more is written and the run stops
+    error: ErrorInfo | None = None
+
+
+class LandInput(BaseModel):
+    """One message of a delegated run, for its agent's history store."""
+
+    agent_key: str
+    session_id: str
+    index: int  # its place among the run's messages (the prompt is 0)
+    message: ModelMessage | None  # None: the last of the conversation (a large prompt)
+    # the conversation up to and including ``message``: the transcript at ``head``, then
+    # ``unsent`` (read only when this process cannot tell what the store holds)
+    head: str | None = None
+    unsent: list[ModelMessage] = Field(default_factory=list[ModelMessage])
+    synced: bool = True
+
+
 class Continuation(BaseModel):
     """A query's state carried across continue-as-new (the conversation stays by reference)."""
 
@@ -152,6 +179,7 @@ class Continuation(BaseModel):
     started_at: datetime
     runs: int = 1
     stream: WorkflowStreamState | None = None
+    landing: Landing | None = None
 
 
 class TraceParent(BaseModel):
@@ -191,6 +219,8 @@ class AgentRunInput(BaseModel):
     # and, for a delegated run, the run and tool call it was delegated from
     traced: bool = False
     trace_parent: TraceParent | None = None
+    # a delegated run whose agent has a history store: its messages are written as they land
+    landing: Landing | None = None
 
 
 class AgentRunOutput(BaseModel):
@@ -204,6 +234,8 @@ class AgentRunOutput(BaseModel):
     new_count: int = 0
     # the run compacted the conversation: the transcript replaces the history
     compacted: bool = False
+    # what of the run its history store got as its messages landed (a delegated run)
+    landing: Landing | None = None
 
 
 class ModelCallInput(BaseModel):
