@@ -3,7 +3,8 @@
 
 A store is host code: it runs in the process that owns the Agent, never in workflow code.
 ``load()`` runs once per Agent, lazily before its first query; ``append(message)`` follows every
-message added to the history, as it lands (see :class:`QueryMirror`); ``replace(messages)``
+message added to the history, as it lands (see :class:`QueryMirror`; a delegated run's, in
+the worker serving it: :class:`RunLandings`); ``replace(messages)``
 follows compaction and ``agent.replace_history()``. Store failures are logged and the conversation continues in memory,
 unless the store was created with ``fail_on_error=True``: then they raise
 :class:`HistoryStoreError` out of ``query()``/``prompt()``.
@@ -18,6 +19,7 @@ import json
 import logging
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -144,6 +146,20 @@ class QueryMirror:
         self.error: HistoryStoreError | None = None  # fail_on_error: the first failure
         self._writing: asyncio.Future[None] | None = None
 
+    @classmethod
+    def of_run(
+        cls, store: HistoryStore, landed: list[ModelMessage], *, synced: bool, failed: bool
+    ) -> QueryMirror:
+        """What a run's own activities wrote as its messages landed (a delegated run's, see
+        :class:`RunLandings`): ``landed``, the store then holding the conversation unless
+        ``synced`` is False; ``failed``: a store bound to fail_on_error failed (the run
+        stopped on it), so :meth:`settle` writes nothing."""
+        mirror = cls(store, [], synced=synced)
+        mirror.landed = list(landed)
+        if failed:
+            mirror.error = HistoryStoreError("the history store failed while the run ran")
+        return mirror
+
     async def add(self, message: ModelMessage) -> None:
         """Write a message that landed; raises :class:`HistoryStoreError` (the first failure,
         then again) when the store is bound to fail."""
@@ -185,6 +201,64 @@ class QueryMirror:
                     return False
             return True
         return await self.store.replace_checked(history)
+
+
+class RunLandings:
+    """The messages of delegated runs written to one history store as they land, each once.
+
+    The run counts what landed (durably, in its workflow) and asks for message ``index``
+    once the one before was written. This process remembers, per run, the index it may
+    append next without reading the store; a run it does not know that far (this worker is
+    new after a crash, another worker wrote the last message, an attempt was cut off mid
+    write) reads the store once and writes only what it lacks."""
+
+    KEPT = 64  # runs remembered; a forgotten one costs one read of the store
+
+    def __init__(self, store: HistoryStore) -> None:
+        self.store = store
+        self._next: OrderedDict[str, int] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    def expect(self, run: str) -> None:
+        """``run`` starts on a conversation the store holds: its prompt is appended as is."""
+        self._remember(run, 0)
+
+    def _remember(self, run: str, next_index: int) -> None:
+        self._next[run] = next_index
+        while len(self._next) > self.KEPT:
+            self._next.popitem(last=False)
+
+    async def land(
+        self,
+        run: str,
+        index: int,
+        message: ModelMessage,
+        conversation: Callable[[], Awaitable[list[ModelMessage]]],
+        *,
+        synced: bool,
+    ) -> bool:
+        """Write message ``index`` of ``run`` (``conversation``: the whole conversation up to
+        and including it; ``synced``: the store held it up to the message before). True when
+        the store holds the conversation; raises :class:`HistoryStoreError` when bound to
+        fail."""
+        async with self._lock:
+            known = self._next.pop(run, None)  # in doubt until this write is done
+            if synced and known == index:
+                ok = await self.store.append_checked(message)
+            else:
+                ok = await self._catch_up(await conversation(), synced=synced)
+            if ok:
+                self._remember(run, index + 1)
+            return ok
+
+    async def _catch_up(self, conversation: list[ModelMessage], *, synced: bool) -> bool:
+        if synced:
+            stored, loaded = await self.store.load_checked()
+            if loaded and _same(stored, conversation):
+                return True  # an attempt cut off after its write
+            if loaded and _same(stored, conversation[:-1]):
+                return await self.store.append_checked(conversation[-1])
+        return await self.store.replace_checked(conversation)
 
 
 async def caught_up(

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ._approvals import ApprovalDecision
 from ._errors import ApprovalError, ConcurrentQueryError
-from ._history import HistoryStore, QueryMirror, caught_up
+from ._history import HistoryStore, QueryMirror, RunLandings, caught_up
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 
 __all__ = ["QueryRunner", "Session"]
@@ -75,6 +75,7 @@ class Session:
         self._head: tuple[int, str | None] | None = None
         self._queries = 0
         self._run: QueryRunner | _Taken | None = None
+        self._landings: RunLandings | None = None  # delegated runs' writes to the store
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -87,6 +88,11 @@ class Session:
     def loaded(self) -> bool:
         """Whether the conversation was read (store or Temporal) or replaced."""
         return self._loaded
+
+    @property
+    def synced(self) -> bool:
+        """Whether the history store holds the history (False after a failed write)."""
+        return self._stored
 
     @property
     def busy(self) -> bool:
@@ -162,6 +168,13 @@ class Session:
         store = self.store
         return QueryMirror(store, self._history, synced=self._stored) if store else None
 
+    def landings(self) -> RunLandings:
+        """The delegated runs' writes to the history store as their messages land."""
+        assert self.store is not None
+        if self._landings is None:
+            self._landings = RunLandings(self.store)
+        return self._landings
+
     async def absorb(
         self,
         added: list[ModelMessage],
@@ -169,13 +182,18 @@ class Session:
         compacted_to: list[ModelMessage] | None = None,
         head: str | None = None,
         mirror: QueryMirror | None = None,
+        conversation: list[ModelMessage] | None = None,
     ) -> None:
         """A finished query's messages into the history; the store gets what it does not
         hold yet (``mirror``: what the query wrote as its messages landed), or, when the
-        query compacted the conversation, the whole new transcript."""
+        query compacted the conversation, the whole new transcript. ``conversation``: the
+        whole conversation after the query, when this process may not hold the one it
+        started from (a delegated run another worker prepared)."""
         mirror = mirror or self.mirror()
         if compacted_to is not None:
             self._history = compacted_to
+        elif conversation is not None:
+            self._history = conversation
         else:
             self._history.extend(added)
         self._head = (len(self._history), head) if head is not None else None

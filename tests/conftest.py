@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import os
 import pickle
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -200,3 +202,49 @@ def named_agent(fake: FakeAnthropicServer, name: str, **options: object):
         system_prompt=f"You are {name}.",
         **options,
     )
+
+
+# -- crash_app.py worker processes (killed with SIGKILL by the crash tests) -----------------
+
+
+class WorkerProcess:
+    """A ``crash_app.py`` worker process (its agents served until it is killed)."""
+
+    def __init__(self, address: str, base_url: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).parent / "crash_app.py"), address, base_url],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        )
+
+    async def ready(self) -> None:
+        line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), 30)
+        assert line.strip() == b"ready", line
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def workers(lattice_server, fake_anthropic):
+    started: list[WorkerProcess] = []
+
+    async def start() -> WorkerProcess:
+        worker = WorkerProcess(lattice_server, fake_anthropic.base_url)
+        started.append(worker)
+        await worker.ready()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -147,6 +148,54 @@ def build_supervisor(base_url: str):
     )
 
 
+def _dying_store(path: str):
+    """A JSONL history store whose replaces are recorded as side effects; with
+    ``LATTICE_TEST_DIE_AFTER_APPEND=ROLE`` the first append of a ROLE message kills this
+    worker right after the write (before its activity completes)."""
+    from agent_lattice import create_jsonl_history_store, define_history_store
+
+    inner = create_jsonl_history_store(path=path)
+
+    async def append(message) -> None:
+        await inner.append(message)
+        if os.environ.get("LATTICE_TEST_DIE_AFTER_APPEND") == message.role:
+            if _record(f"appended:{message.role}").count(f"appended:{message.role}") == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    async def replace(messages) -> None:
+        _record(f"replaced:{len(messages)}")
+        await inner.replace(messages)
+
+    return define_history_store(load=inner.load, append=append, replace=replace)
+
+
+def build_keeping_supervisor(base_url: str):
+    """A supervisor whose child is a live Agent with its own JSONL history store (at
+    ``LATTICE_TEST_CHILD_STORE``)."""
+    from agent_lattice import agent_tool
+
+    scribe = create_agent(
+        name="scribe",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        system_prompt="You are scribe.",
+        tools=[
+            tool("record", "Record a note", Note, record),
+            tool("block", "Record a note slowly", Note, block, idempotent=True),
+        ],
+        history_store=_dying_store(os.environ.get("LATTICE_TEST_CHILD_STORE", "scribe.jsonl")),
+    )
+    return create_agent(
+        name="keeper",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-test",
+        system_prompt="You are keeper.",
+        tools=[agent_tool("ask_scribe", scribe)],
+    )
+
+
 def build_team(base_url: str):
     from agent_lattice import create_bare_agent, create_team, team_member
 
@@ -189,6 +238,7 @@ async def _serve(address: str, base_url: str) -> None:
         build_compacting_agent(base_url),
         build_approving_agent(base_url),
         build_supervisor(base_url),
+        build_keeping_supervisor(base_url),
         build_team(base_url).lead,
     ]
     # a test that waits out a killed worker's sticky queue may shorten it (default 10 s)

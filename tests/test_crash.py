@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +29,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import keep_history
+from conftest import WorkerProcess, keep_history
 from crash_app import (
     build_agent,
     build_approving_agent,
@@ -52,47 +50,6 @@ def effects(tmp_path, monkeypatch) -> Path:
     path.touch()
     monkeypatch.setenv("LATTICE_TEST_EFFECTS", str(path))
     return path
-
-
-class WorkerProcess:
-    def __init__(self, address: str, base_url: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "crash_app.py"), address, base_url],
-            stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-        )
-
-    async def ready(self) -> None:
-        line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), 30)
-        assert line.strip() == b"ready", line
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc.stdout.close()
-
-
-@pytest.fixture
-def workers(lattice_server, fake_anthropic):
-    started: list[WorkerProcess] = []
-
-    async def start() -> WorkerProcess:
-        worker = WorkerProcess(lattice_server, fake_anthropic.base_url)
-        started.append(worker)
-        await worker.ready()
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 async def kill_when(check, worker: WorkerProcess, workers, query) -> ResultMessage:

@@ -12,13 +12,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._delegation import Delegation
+from .._errors import HistoryStoreError
+from .._history import QueryMirror
 from .._host_member import DurableMessage, host_messages
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
 from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
 from .._team import team_of
 from .._tools import ToolResult
-from .._transcripts import run_transcript
+from .._transcripts import hydrate, run_transcript
 from .._workspace import Boundary
 from ..client._mailbox import WorkflowMailbox
 from ..workflows._contract import ActivityName, FailureType
@@ -33,6 +35,8 @@ from ..workflows._types import (
     DelegatePrepared,
     HandedOff,
     Handoff,
+    Landing,
+    LandInput,
     TeamChild,
     TeamRunInput,
     ToolCallOutput,
@@ -160,17 +164,69 @@ class DelegationActivities(ActivitiesBase):
         )
 
     async def _absorb(self, delegation: Delegation, output: AgentRunOutput | None) -> None:
-        """A live session target is free again, and takes the delegated query's messages."""
+        """A live session target is free again, and takes the delegated query's messages;
+        its history store gets what did not land while the query ran."""
         if delegation.kind != "session":
             return
         session = delegation.target.session
         session.release()
-        if output is None:
-            return
-        transcript, added, head = await run_transcript(self._transcripts, output)
-        await session.absorb(
-            added, compacted_to=transcript if output.compacted else None, head=head
+        store = session.store
+        try:
+            if output is None:
+                if store is not None and session.loaded:
+                    # the run may have landed messages it then lost with itself: the store
+                    # goes back to the conversation
+                    lost = QueryMirror.of_run(store, [], synced=False, failed=False)
+                    await session.absorb([], mirror=lost)
+                return
+            transcript, added, head = await run_transcript(self._transcripts, output)
+            landing, mirror = output.landing, None
+            if landing is not None and store is not None:
+                mirror = QueryMirror.of_run(
+                    store,
+                    added[: landing.landed],
+                    synced=landing.synced,
+                    failed=landing.error is not None,
+                )
+            await session.absorb(
+                added,
+                compacted_to=transcript if output.compacted else None,
+                head=head,
+                mirror=mirror,
+                conversation=transcript,  # this worker may not be the one that prepared it
+            )
+        except HistoryStoreError as err:  # the child's answer still reaches its caller
+            activity.logger.warning("%s: %s", delegation.target_name, err)
+
+    @activity.defn(name=ActivityName.LAND_MESSAGE)
+    async def land_message(self, input: LandInput) -> bool:
+        """One message of a delegated run into its agent's history store, once (a local
+        activity of the run's workflow); whether the store holds the conversation."""
+        session = self._agent(input.agent_key, input.session_id).session
+        if session.store is None:  # this worker's definition of the agent keeps none
+            return True
+        transcripts = self._transcripts
+
+        async def conversation() -> list[ModelMessage]:
+            messages = [*await transcripts.messages(input.head), *input.unsent]
+            return await hydrate(messages, transcripts)
+
+        message = input.message
+        (message,) = (
+            await hydrate([message], transcripts) if message else (await conversation())[-1:]
         )
+        try:
+            return await session.landings().land(
+                activity.info().workflow_id or "",
+                input.index,
+                message,
+                conversation,
+                synced=input.synced,
+            )
+        except HistoryStoreError as err:
+            raise ApplicationError(
+                str(err), type=FailureType.HISTORY_STORE_ERROR, non_retryable=True
+            ) from err
 
     async def _start_child(
         self,
@@ -197,6 +253,13 @@ class DelegationActivities(ActivitiesBase):
             )
         session.reserve()  # taken until its result is absorbed (its parent's run controls it)
         await session.load()  # from its history store, the first time
+        # a live session's store gets the run's messages as they land (a spawned spec's
+        # sessions would all write to the one store its definition names)
+        landing = (
+            Landing(synced=session.synced)
+            if delegation.kind == "session" and session.store is not None
+            else None
+        )
         store = self._transcripts
         message = ModelMessage.model_validate({"role": "user", "content": prompt})
         head = await store.append(await session.transcript_head(store), [message])
@@ -213,12 +276,15 @@ class DelegationActivities(ActivitiesBase):
             context=context,
             last_input_tokens=session.last_input_tokens(),
             workspace_grants=grants,
+            landing=landing,
         )
         bound = self._registry.tracer_of(parent_session)
         if bound is not None:  # the caller's query tracer follows the delegated run
             self._registry.bind_tracer(child.session_id, *bound)
             child_input.traced, child_input.trace_parent = True, trace_parent
         workflow_id = workflow_id_for(child, session.next_query())
+        if landing is not None and landing.synced:  # the store holds what it starts on
+            session.landings().expect(workflow_id)
         inner = delegation.inner_team
         if inner is None:
             child_input.team_runtime_id = team_runtime_id

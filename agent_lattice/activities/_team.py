@@ -21,16 +21,12 @@ from .._team import Team, has_mailbox_tools, team_of
 from .._team_mail import mail_sent, settle_work, work_prompt
 from .._tools import ToolResult
 from ..workflows._contract import ActivityName, FailureType
+from ..workflows._mail_types import LeadMail, MailClaim, MailClaimed, MailNotice, MailSettled
 from ..workflows._types import (
     AdapterFinished,
     AdapterWork,
     Handoff,
-    LeadMail,
     MailboxMirrorInput,
-    MailClaim,
-    MailClaimed,
-    MailNotice,
-    MailSettled,
     MemberCancelled,
     MemberFailed,
     MemberFinished,

@@ -33,8 +33,9 @@ from .._option_types import QuerySignal
 from .._options import check_options
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
+from ..workflows._mail_types import MailNotice
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
-from ..workflows._types import AgentRunInput, AgentRunOutput, MailNotice, TeamRunInput
+from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
 from ._approvals import decide, find_approval
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S

@@ -97,6 +97,7 @@ class LatticePlugin(SimplePlugin):
                 activities.compact,
                 activities.delegate_prepare,
                 activities.delegate_finish,
+                activities.land_message,
                 activities.team_start,
                 activities.team_adapter,
                 activities.team_report,

@@ -51,13 +51,14 @@ with workflow.unsafe.imports_passed_through():
     from ._approvals import Approvals
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
+    from ._landing import StoreLanding
+    from ._mail_types import MailNotice
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
         CompactInput,
         Continuation,
-        MailNotice,
         ModelCallInput,
         ModelCallOutput,
         Report,
@@ -72,7 +73,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Approvals):
+class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -103,6 +104,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
         self._reports: dict[str, Report] = {}
         self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
         self._init_approvals()
+        landing = carried.landing if carried else input.landing
+        self._landing = landing.model_copy() if landing else None
 
     @workflow.signal
     def interrupt(self) -> None:
@@ -220,6 +223,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
                 return await self._finish("error_during_execution", error=error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
+        # the prompt lands first: a store bound to fail that fails leaves no model request
+        await self._land(None if input.prompt_in_head else prompt, head=input.head)
         return await self._loop()
 
     async def _resume(self, carried: Continuation) -> AgentRunOutput:
@@ -256,6 +261,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
             trace_seq=self._trace_seq,
             started_at=self._started_at,
             runs=(self._input.continuation.runs if self._input.continuation else 1) + 1,
+            landing=self._landing,
         )
         await self._stream.continue_as_new(
             lambda state: [
@@ -330,9 +336,12 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
         output = self._take_reply()
         assert output is not None
         reply, input = output.message, self._input
+        stored = await self._land(reply, head=output.head)
         self._made_here: set[str] = set()
         try:
-            if step.refused:
+            if not stored:  # the run stops at the failed write: none of the calls runs
+                outcomes = self._made(self._not_stored(reply))
+            elif step.refused:
                 outcomes = self._made([ToolCallOutput(block=b) for b in step.refused])
             else:
                 outcomes = await self._run_tools(reply, set(output.concurrency_safe))
@@ -343,6 +352,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
             # next query must not send a tool_use without its tool_result.
             self._head = output.request_head
             self._new_count -= 1
+            self._landed_turn_dropped()
             return BatchFailed(error_info(err))
         blocks: list[ContentBlock] = [o.block for o in outcomes]
         handed = [u.id for u in reply.tool_uses if u.id in self._handoffs]
@@ -354,6 +364,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
                 blocks.append(mail)
         results = ModelMessage(role="user", content=blocks)
         self._add(results, UserMessage(message=results, session_id=input.session_id))
+        await self._land(results, head=self._head, unsent=self._unsent)
         ending = next((o for o in outcomes if o.end_turn), None)
         if ending is None:
             return BatchDone()
@@ -364,7 +375,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
         )
 
     async def _finish_step(self, step: Finish) -> AgentRunOutput:
-        self._take_reply()  # a final answer joins the conversation before the result
+        output = self._take_reply()  # a final answer joins the conversation before the result
+        if output is not None:
+            await self._land(output.message, head=output.head)
         return await self._finish(
             step.subtype,
             result=step.result,
@@ -487,6 +500,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
         error: ErrorInfo | None = None,
     ) -> AgentRunOutput:
         info = workflow.info()
+        if self._landing is not None and self._landing.error is not None:
+            subtype, error = "error_during_execution", self._landing.error  # its store failed
         if self._traced:
             try:
                 await self._trace(
@@ -530,4 +545,5 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals):
             unsent=self._unsent,
             new_count=self._new_count,
             compacted=self._compacted,
+            landing=self._landing,
         )

@@ -24,6 +24,7 @@ from temporalio.workflow import ActivityCancellationType
 from .._mailbox import TeamMessage
 from .._messages import ErrorKind, ResultMessage, ToolResultBlock
 from ._approval_types import InputProblem, ToolInputCheck
+from ._mail_types import LeadMail, MailClaim, MailClaimed, MailSettled
 from ._types import (
     ActivitySettings,
     CompactInput,
@@ -31,11 +32,8 @@ from ._types import (
     DelegateCallInput,
     DelegatePrepared,
     Handoff,
-    LeadMail,
+    LandInput,
     MailboxMirrorInput,
-    MailClaim,
-    MailClaimed,
-    MailSettled,
     ModelCallInput,
     ModelCallOutput,
     Report,
@@ -48,6 +46,7 @@ from ._types import (
 
 __all__ = [
     "HOST_FAILURES",
+    "LAND",
     "MAIL_CLAIM",
     "MAIL_SETTLE",
     "PROVIDER_FAILURES",
@@ -71,6 +70,7 @@ __all__ = [
     "hook_results",
     "hooks_preset",
     "host_preset",
+    "land_message",
     "mirror_mailbox",
     "model_preset",
     "report_work",
@@ -103,6 +103,7 @@ class ActivityName(StrEnum):
     TEAM_CLAIM = "lattice.team_claim"
     TEAM_SETTLE = "lattice.team_settle"
     TEAM_LEAD_MAIL = "lattice.team_lead_mail"
+    LAND_MESSAGE = "lattice.land_message"
 
 
 class FailureType(StrEnum):
@@ -129,6 +130,8 @@ class FailureType(StrEnum):
     MEMBER_BUSY = "MemberBusy"
     # a decision on an approval request was refused (an ApprovalError for its caller)
     APPROVAL_REFUSED = "ApprovalError"
+    # a delegated run's history store, bound to fail_on_error, failed: the run stops
+    HISTORY_STORE_ERROR = "HistoryStoreError"
 
 
 # host code failed: the query stops (such a failure never becomes a tool result)
@@ -286,6 +289,17 @@ CHECK_INPUT = Preset(
     start_to_close=timedelta(seconds=30),
     retry=RetryPolicy(non_retryable_error_types=_final(FailureType.AGENT_NOT_REGISTERED)),
 )
+# a delegated run's message into its agent's history store (local: no history but the marker)
+LAND = Preset(
+    local=True,
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(
+        maximum_attempts=3,
+        non_retryable_error_types=_final(
+            FailureType.HISTORY_STORE_ERROR, FailureType.AGENT_NOT_REGISTERED
+        ),
+    ),
+)
 # best effort: the team's own mailbox backend
 TEAM_MAILBOX = Preset(
     local=True, start_to_close=timedelta(seconds=30), retry=RetryPolicy(maximum_attempts=3)
@@ -436,3 +450,9 @@ async def deliver_lead_mail(
         ActivityName.TEAM_LEAD_MAIL, input, list[TeamMessage], preset, summary
     )
     return delivered
+
+
+async def land_message(input: LandInput, preset: Preset = LAND, *, summary: str) -> bool:
+    """Whether the store holds the conversation up to the message, after writing it."""
+    synced: bool = await _start(ActivityName.LAND_MESSAGE, input, bool, preset, summary)
+    return synced

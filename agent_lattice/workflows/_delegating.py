@@ -22,13 +22,13 @@ with workflow.unsafe.imports_passed_through():
     from ._children import signal_quietly, start_child
     from ._contract import HOST_FAILURES
     from ._failures import error_info
+    from ._mail_types import LeadMail
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
         CallEnded,
         DelegateCallInput,
         HandedOff,
-        LeadMail,
         Report,
         ToolCallInput,
         ToolCallOutput,

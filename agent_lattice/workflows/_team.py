@@ -31,16 +31,13 @@ with workflow.unsafe.imports_passed_through():
     from . import _contract as contract
     from ._approval_types import ForwardedApproval
     from ._children import signal_quietly, start_child, start_query
+    from ._mail_types import MailClaim, MailClaimed, MailNotice, MailSettled
     from ._types import (
         AdapterFinished,
         AdapterWork,
         AgentRunOutput,
         Handoff,
         MailboxMirrorInput,
-        MailClaim,
-        MailClaimed,
-        MailNotice,
-        MailSettled,
         MemberCancelled,
         MemberFailed,
         MemberFinished,

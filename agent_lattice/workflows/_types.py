@@ -28,6 +28,7 @@ from .._batches import BatchDecision
 from .._mailbox import TeamMessage
 from .._messages import (
     ContentBlock,
+    ErrorInfo,
     ModelMessage,
     ResultMessage,
     ToolResultBlock,
@@ -54,11 +55,8 @@ __all__ = [
     "HandedOff",
     "Handoff",
     "HandoffWork",
-    "LeadMail",
-    "MailClaim",
-    "MailClaimed",
-    "MailNotice",
-    "MailSettled",
+    "LandInput",
+    "Landing",
     "MailboxMirrorInput",
     "MemberCancelled",
     "MemberFailed",
@@ -142,6 +140,30 @@ class RequestOptions(BaseModel):
     timeout_ms: int | None = None
 
 
+class Landing(BaseModel):
+    """Where a delegated run's messages stand in its agent's history store: the run writes
+    each as it lands (``lattice.land_message``), and its end writes only what did not land."""
+
+    landed: int = 0  # the run's messages written so far, the prompt first
+    synced: bool = True  # the store holds the conversation up to them
+    # the store, bound to fail_on_error, failed: nothing more is written and the run stops
+    error: ErrorInfo | None = None
+
+
+class LandInput(BaseModel):
+    """One message of a delegated run, for its agent's history store."""
+
+    agent_key: str
+    session_id: str
+    index: int  # its place among the run's messages (the prompt is 0)
+    message: ModelMessage | None  # None: the last of the conversation (a large prompt)
+    # the conversation up to and including ``message``: the transcript at ``head``, then
+    # ``unsent`` (read only when this process cannot tell what the store holds)
+    head: str | None = None
+    unsent: list[ModelMessage] = Field(default_factory=list[ModelMessage])
+    synced: bool = True
+
+
 class Continuation(BaseModel):
     """A query's state carried across continue-as-new (the conversation stays by reference)."""
 
@@ -160,6 +182,7 @@ class Continuation(BaseModel):
     started_at: datetime
     runs: int = 1
     stream: WorkflowStreamState | None = None
+    landing: Landing | None = None
 
 
 class TraceParent(BaseModel):
@@ -204,6 +227,8 @@ class AgentRunInput(BaseModel):
     # the TeamWorkflow told of the mail this run's mailbox tools send (a team member's work
     # or ask; a lead tells its own, ``team_workflow_id``)
     team_runtime_id: str | None = None
+    # a delegated run whose agent has a history store: its messages are written as they land
+    landing: Landing | None = None
 
 
 class AgentRunOutput(BaseModel):
@@ -217,6 +242,8 @@ class AgentRunOutput(BaseModel):
     new_count: int = 0
     # the run compacted the conversation: the transcript replaces the history
     compacted: bool = False
+    # what of the run its history store got as its messages landed (a delegated run)
+    landing: Landing | None = None
 
 
 class ModelCallInput(BaseModel):
@@ -444,42 +471,6 @@ class Report(BaseModel):
     content: str
     usage: Usage = Field(default_factory=Usage)
     usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
-
-
-class MailNotice(BaseModel):
-    """Mail was sent to these mailboxes (a signal to the team runtime, and to its lead)."""
-
-    mailboxes: list[str]
-
-
-class MailClaim(BaseModel):
-    """Claim the next pending message of a member's mailbox for the team runtime."""
-
-    lead_key: str
-    lead_session_id: str
-    lead_workflow_id: str
-    mailbox: str
-
-
-class MailClaimed(BaseModel):
-    """A claimed message and the work item that runs it (neither: nothing was pending)."""
-
-    message: TeamMessage | None = None
-    handoff: Handoff | None = None
-
-
-class MailSettled(BaseModel):
-    """A claimed message after its work (see ``_team_mail.settle_work``)."""
-
-    message: TeamMessage
-    upstream: str | None = None
-
-
-class LeadMail(BaseModel):
-    """Deliver the pending messages of a team lead's mailbox to its query."""
-
-    lead_key: str
-    lead_session_id: str
 
 
 class MailboxMirrorInput(BaseModel):

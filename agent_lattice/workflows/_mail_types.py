@@ -1,0 +1,49 @@
+# pyright: strict
+"""The payloads of a team runtime's mail: a notice that mail was sent (a signal), a claim of
+a member's next message and its settling by the drain rules (activities), and the delivery
+of the lead's own mail (see ``workflows/_team`` and ``activities/_team``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from .._mailbox import TeamMessage
+from ._types import Handoff
+
+__all__ = ["LeadMail", "MailClaim", "MailClaimed", "MailNotice", "MailSettled"]
+
+
+class MailNotice(BaseModel):
+    """Mail was sent to these mailboxes (a signal to the team runtime, and to its lead)."""
+
+    mailboxes: list[str]
+
+
+class MailClaim(BaseModel):
+    """Claim the next pending message of a member's mailbox for the team runtime."""
+
+    lead_key: str
+    lead_session_id: str
+    lead_workflow_id: str
+    mailbox: str
+
+
+class MailClaimed(BaseModel):
+    """A claimed message and the work item that runs it (neither: nothing was pending)."""
+
+    message: TeamMessage | None = None
+    handoff: Handoff | None = None
+
+
+class MailSettled(BaseModel):
+    """A claimed message after its work (see ``_team_mail.settle_work``)."""
+
+    message: TeamMessage
+    upstream: str | None = None
+
+
+class LeadMail(BaseModel):
+    """Deliver the pending messages of a team lead's mailbox to its query."""
+
+    lead_key: str
+    lead_session_id: str
