@@ -15,6 +15,7 @@ lead takes its own mailbox's mail with its next tool results. A Team is an Agent
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "create_team",
     "final_result",
     "register_default_mailbox",
+    "register_mail_announcer",
     "team_member",
     "team_of",
     "work_item_limit",
@@ -58,6 +60,17 @@ log = logging.getLogger("agent_lattice.team")
 def register_default_mailbox(factory: DefaultMailbox) -> None:
     """Install the factory of a team's default mailbox (``agent_lattice.client`` does)."""
     _default_mailbox[:] = [factory]
+
+
+# How a send that no query of this process watches reaches a query running elsewhere (the
+# client registers it): called with the team and the mailboxes that got mail.
+MailAnnouncer = Callable[["Team", list[str]], Awaitable[None]]
+_mail_announcer: list[MailAnnouncer] = []
+
+
+def register_mail_announcer(announce: MailAnnouncer) -> None:
+    """Install how ``team.send()`` tells the team's queries running in other processes."""
+    _mail_announcer[:] = [announce]
 
 
 def team_of(lead: Any) -> Team | None:
@@ -143,7 +156,9 @@ class Team:
         self, to: str, body: str, *, from_: str = "user", subject: str | None = None
     ) -> TeamMessage:
         """Put a message in a member's mailbox (``to``: a member name or a mailbox id). While
-        a query of this team runs in this process, its team runtime claims it."""
+        a query of this team runs, its team runtime claims it (a query of another process is
+        told through Temporal, when this process is connected: a runtime bound to the lead,
+        or the process runtime)."""
         target = to if "::" in to else self.mailbox_id(to)
         if target.split("::", 1)[1] not in {"lead", *(m.name for m in self.members)}:
             raise OptionError(f"team {self.name!r} has no member mailbox {target!r}")
@@ -151,7 +166,11 @@ class Team:
         sent = await self.mailbox.send(
             TeamMessage(from_mailbox=sender, to_mailbox=target, body=body, subject=subject)
         )
-        for notify in list(self._watchers):
+        # a query of this process watches its team's mail; else one may run elsewhere
+        notifiers = list(self._watchers) or [
+            functools.partial(announce, self) for announce in _mail_announcer
+        ]
+        for notify in notifiers:
             try:
                 await notify([sent.to_mailbox])
             except Exception as err:  # the message is sent; drain() can still take it

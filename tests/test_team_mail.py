@@ -411,3 +411,47 @@ async def test_a_host_member_s_query_streams_its_messages_in_the_team_stream(
         if e.HasField("workflow_execution_signaled_event_attributes")
     ]
     assert signals.count("agent_message") == 4
+
+
+async def test_a_send_from_another_process_is_claimed_by_the_running_query(
+    fake_anthropic, lattice_runtime, tmp_path
+):
+    """A Team object that runs no query (another process's: `lattice team send`, a web
+    handler) sends mail: the team's query running elsewhere claims it through Temporal."""
+
+    def lead(request: RecordedRequest) -> Reply:
+        if len(request.messages) == 1:
+            return tool_use("wait_for_mail", {})
+        return text("lead done")
+
+    def writer(request: RecordedRequest) -> Reply:
+        prompt = first_prompt(request)
+        if prompt is None:
+            return text("replied")
+        return tool_use("team_reply", {"message_id": message_id_of(prompt), "body": "a haiku"})
+
+    fake_anthropic.set_handler(by_agent(lead=lead, writer=writer))
+    path = tmp_path / "team.db"
+    sent: list[str] = []
+
+    async def answered() -> bool:
+        return bool(sent) and (await running.mailbox.get(sent[0])).status == "done"
+
+    def build(tools: list):
+        return create_team(
+            name="remote",
+            lead=agent(fake_anthropic, "lead", tools=tools),
+            members=[team_member(name="writer", agent=agent(fake_anthropic, "writer"))],
+            mailbox=create_sqlite_mailbox(path=path),
+        )
+
+    running = build([waiting_tool(answered)])
+    elsewhere = build([])  # knows nothing of the query: it only shares the mailbox
+    run = asyncio.ensure_future(collect(running.query("Wait for the mail.")))
+    await assert_eventually(lambda: len(fake_anthropic.requests) >= 1)
+    sent.append((await elsewhere.send("writer", "write a haiku", from_="lead")).id)
+    stream = await asyncio.wait_for(run, 60)
+
+    assert stream[-1].result == "lead done"
+    message = await elsewhere.mailbox.get(sent[0])
+    assert (message.status, message.result) == ("done", "a haiku")

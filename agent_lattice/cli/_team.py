@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from .._errors import LatticeError
+from ..client._runtime import Runtime
 from ..worker._worker import load_app
 from ._plumbing import errors_as_exit, execute, stdout
 from ._render import one_line
@@ -46,7 +47,13 @@ def team_send(
         team = _resolve_team(target)
 
     async def main() -> int:
-        sent = await team.send(to, body, from_=sender, subject=subject)
+        # connected, so that a query of the team running elsewhere is told of the mail
+        runtime = await Runtime.connect(inline_workers=False)
+        team.lead.bind_runtime(runtime)
+        try:
+            sent = await team.send(to, body, from_=sender, subject=subject)
+        finally:
+            await runtime.close()
         stdout.print(f"sent {sent.id} to {sent.to_mailbox}")
         return 0
 

@@ -19,8 +19,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from .. import _settings
 from .._approvals import APPROVAL_MEMO, ApprovalDecision, PendingApproval, check_decision
 from .._errors import ApprovalError
+from ._default import get_default_runtime
 from ._orphans import orphan_hint, queue_served, run_state
-from ._runtime import Runtime, get_default_runtime
+from ._runtime import Runtime
 
 __all__ = ["find_approval", "list_pending_approvals", "resolve_approval"]
 

@@ -17,6 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from .. import _settings
 from .._errors import ConfigurationError, OptionError
 from .._mailbox import MessageStatus, TeamMessage
+from ..workflows._mail_types import MailNotice
 from ..workflows._mailbox import (
     MAILBOX_WORKFLOW,
     ClaimRequest,
@@ -28,7 +29,9 @@ from ..workflows._mailbox import (
     mailbox_task_queue,
 )
 
-__all__ = ["create_workflow_mailbox"]
+__all__ = ["announce_mail", "create_workflow_mailbox"]
+
+RUNNING_TEAMS = "WorkflowType = 'TeamWorkflow' AND ExecutionStatus = 'Running'"
 
 # How long a read or a claim waits for a worker of the mailbox to answer.
 ANSWER_TIMEOUT_S = 30.0
@@ -47,7 +50,7 @@ class WorkflowMailbox:
     async def _client(self) -> Any:
         if activity.in_activity():  # a member's mailbox tool, in a worker
             return activity.client()
-        from ._runtime import get_default_runtime
+        from ._default import get_default_runtime
 
         runtime = self._runtime or self.runtime_of() or await get_default_runtime()
         await runtime.ensure_mailbox_worker()
@@ -172,3 +175,22 @@ def create_workflow_mailbox(
     if runtime_of is not None:  # a team's default: its lead's runtime, when one is bound
         mailbox.runtime_of = runtime_of
     return mailbox
+
+
+async def announce_mail(team: Any, mailboxes: list[str]) -> None:
+    """Tell the running queries of ``team`` in other processes of the namespace that its
+    ``mailboxes`` got mail (their team runtimes claim it). Only a process that is connected
+    already tells (a runtime bound to the lead, or the process runtime): a host that only
+    drains runs no query and starts no connection for this."""
+    from ._default import default_runtime_if_any
+
+    runtime = team.lead.runtime or default_runtime_if_any()
+    if runtime is None:
+        return
+    client, prefix = runtime.client, _settings.task_queue_prefix()
+    # a team's runs are "team-<team>-<lead session>-<n>" (a nested team's too)
+    named = f"team-{team.name}-"
+    async for execution in client.list_workflows(RUNNING_TEAMS):
+        if execution.id.startswith(named) and execution.task_queue.startswith(prefix):
+            handle = client.get_workflow_handle(execution.id)
+            await handle.signal("mail", MailNotice(mailboxes=mailboxes))

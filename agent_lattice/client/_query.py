@@ -37,9 +37,10 @@ from ..workflows._mail_types import MailNotice
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
 from ._approvals import decide, find_approval
+from ._default import get_default_runtime
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
-from ._runtime import Runtime, get_default_runtime
+from ._runtime import Runtime
 
 if TYPE_CHECKING:
     from .._agent import Agent

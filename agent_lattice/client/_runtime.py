@@ -64,7 +64,7 @@ from ._server import DevServer
 if TYPE_CHECKING:
     from .._agent import Agent
 
-__all__ = ["Runtime", "get_default_runtime", "set_default_runtime"]
+__all__ = ["Runtime"]
 
 log = logging.getLogger("agent_lattice.runtime")
 
@@ -573,28 +573,3 @@ def _cooldown() -> Any:
     from datetime import timedelta
 
     return timedelta(seconds=POLL_COOLDOWN_S)
-
-
-_DEFAULT: dict[int, Runtime] = {}
-_DEFAULT_LOCKS: dict[int, asyncio.Lock] = {}
-
-
-async def get_default_runtime() -> Runtime:
-    """The process runtime for the running event loop, connected on first use."""
-    loop_id = id(asyncio.get_running_loop())
-    lock = _DEFAULT_LOCKS.setdefault(loop_id, asyncio.Lock())
-    async with lock:
-        runtime = _DEFAULT.get(loop_id)
-        if runtime is None:
-            runtime = await Runtime.connect()
-            _DEFAULT[loop_id] = runtime
-        return runtime
-
-
-def set_default_runtime(runtime: Runtime | None) -> None:
-    """Use ``runtime`` for agents of the running event loop that have none bound."""
-    loop_id = id(asyncio.get_running_loop())
-    if runtime is None:
-        _DEFAULT.pop(loop_id, None)
-    else:
-        _DEFAULT[loop_id] = runtime

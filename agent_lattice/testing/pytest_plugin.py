@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from ..client._runtime import Runtime, set_default_runtime
+from ..client._default import set_default_runtime
+from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ._fake_server import FakeAnthropicServer
 from ._helpers import FAST_SETTINGS

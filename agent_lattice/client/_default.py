@@ -1,0 +1,38 @@
+"""The process runtime: one :class:`Runtime` per event loop, for agents bound to none."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ._runtime import Runtime
+
+__all__ = ["default_runtime_if_any", "get_default_runtime", "set_default_runtime"]
+
+_DEFAULT: dict[int, Runtime] = {}
+_DEFAULT_LOCKS: dict[int, asyncio.Lock] = {}
+
+
+async def get_default_runtime() -> Runtime:
+    """The process runtime for the running event loop, connected on first use."""
+    loop_id = id(asyncio.get_running_loop())
+    lock = _DEFAULT_LOCKS.setdefault(loop_id, asyncio.Lock())
+    async with lock:
+        runtime = _DEFAULT.get(loop_id)
+        if runtime is None:
+            runtime = await Runtime.connect()
+            _DEFAULT[loop_id] = runtime
+        return runtime
+
+
+def default_runtime_if_any() -> Runtime | None:
+    """The process runtime of the running event loop if one was made (none is made here)."""
+    return _DEFAULT.get(id(asyncio.get_running_loop()))
+
+
+def set_default_runtime(runtime: Runtime | None) -> None:
+    """Use ``runtime`` for agents of the running event loop that have none bound."""
+    loop_id = id(asyncio.get_running_loop())
+    if runtime is None:
+        _DEFAULT.pop(loop_id, None)
+    else:
+        _DEFAULT[loop_id] = runtime
