@@ -487,3 +487,36 @@ async def test_start_returns_at_once_and_a_new_agent_continues_the_session(
     again = make_agent(name="desk", tools=[refund_tool(ran)], session_id=agent.session_id)
     result = await again.prompt("How many?")
     assert result.result == "I see 5 messages."
+
+
+async def test_an_agent_tool_call_the_permission_callback_asks_about_waits(
+    fake_anthropic, lattice_runtime
+):
+    """Its child starts only once allowed; denied, no child runs and the model is told."""
+    fake_anthropic.set_handler(
+        by_agent(
+            boss=delegating("helper", {"task": "Summarize the report."}),
+            helper=lambda r: text("a summary"),
+        )
+    )
+    helper = agent(fake_anthropic, "helper")
+    boss = agent(
+        fake_anthropic,
+        "boss",
+        tools=[agent_tool("helper", helper)],
+        permission=lambda request: {"behavior": "ask", "message": "Costs money."},
+    )
+
+    request, rest = await approval_request(boss.query("Summarize."))
+    assert (request.tool_name, request.message, request.agent) == ("helper", "Costs money.", "boss")
+    assert not [r for r in fake_anthropic.requests if "You are helper." in (r.system or "")]
+    await boss.approve(request.approval_id)
+    result = (await asyncio.wait_for(rest, 30))[-1]
+    assert result.result == "lead heard: a summary"
+
+    request, rest = await approval_request(boss.query("Summarize again."))
+    await boss.deny(request.approval_id, message="Not today.")
+    result = (await asyncio.wait_for(rest, 30))[-1]
+    assert result.result == "lead heard: Not today."
+    helped = [r for r in fake_anthropic.requests if "You are helper." in (r.system or "")]
+    assert len(helped) == 1  # the denied call started no child

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from .._approvals import ApprovalAsk
 from .._delegation import Delegation
 from .._errors import HistoryStoreError
 from .._history import QueryMirror
 from .._host_member import DurableMessage, host_messages
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
-from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
+from .._messages import AgentMessageEvent, ModelMessage, ToolResultBlock, ToolUseBlock
 from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import hydrate, run_transcript
@@ -43,7 +44,7 @@ from ..workflows._types import (
     TraceParent,
 )
 from ._base import ActivitiesBase
-from ._tools import invalid_input, permission_denial, tool_context
+from ._tools import invalid_input, permission_verdict, tool_context
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -60,6 +61,20 @@ class DelegationActivities(ActivitiesBase):
         use = input.tool_use
         delegation = delegation_of(parent, use.name)
         tracer = self._tracer(parent, input.session_id, input.run_id, input.trace_seq)
+        ctx = tool_context(parent, input)
+        denial = invalid_input(use)
+        if denial is None and not input.approved:  # a call a person allowed is not asked about
+            said = await permission_verdict(
+                parent, use.name, use.input, ctx, self._threads.executor
+            )
+            if isinstance(said, ApprovalAsk):  # nothing ran: the run waits for a person
+                placeholder = ToolResultBlock(
+                    tool_use_id=use.id, content="awaiting approval", is_error=True
+                )
+                return DelegatePrepared(
+                    CallEnded(result=ToolCallOutput(block=placeholder, approval=said))
+                )
+            denial = said
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
 
         async def refuse(result: ToolResult) -> DelegatePrepared:
@@ -67,10 +82,6 @@ class DelegationActivities(ActivitiesBase):
                 CallEnded(result=await self._settle(parent, use, result, tracer))
             )
 
-        ctx = tool_context(parent, input)
-        denial = invalid_input(use) or await permission_denial(
-            parent, use.name, use.input, ctx, self._threads.executor
-        )
         if denial is not None:
             return await refuse(denial)
         definition = parent.tool(use.name)

@@ -28,7 +28,6 @@ __all__ = [
     "CallRecord",
     "ToolThreads",
     "invalid_input",
-    "permission_denial",
     "permission_verdict",
 ]
 
@@ -76,20 +75,6 @@ def invalid_input(use: ToolUseBlock) -> ToolResult | None:
     return ToolResult(
         content=f"Invalid input for tool {use.name!r}: {use.input_error}", is_error=True
     )
-
-
-async def permission_denial(
-    agent: Agent, tool_name: str, tool_input: object, ctx: ToolContext, executor: Executor
-) -> ToolResult | None:
-    """Ask the host's permission callback; a denial becomes an error result for the model
-    (an ``ask`` too: an agent tool's call cannot wait for a person)."""
-    verdict = await permission_verdict(agent, tool_name, tool_input, ctx, executor)
-    if isinstance(verdict, ApprovalAsk):
-        message = verdict.message or "it needs a person's approval"
-        return ToolResult(
-            content=f"Permission to use {tool_name!r} was not given: {message}", is_error=True
-        )
-    return verdict
 
 
 async def permission_verdict(

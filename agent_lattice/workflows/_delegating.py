@@ -5,7 +5,7 @@ agent's share of the usage."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio import workflow
@@ -17,7 +17,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from .._messages import ResultMessage, TextBlock, ToolUseBlock, Usage
+    from .._approvals import ApprovalAsk, ApprovalDecision
+    from .._messages import ResultMessage, TextBlock, ToolResultBlock, ToolUseBlock, Usage
     from . import _contract as contract
     from ._children import signal_quietly, start_child
     from ._contract import HOST_FAILURES
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AgentRunOutput,
         CallEnded,
+        ChildQuery,
         DelegateCallInput,
         HandedOff,
         Report,
@@ -49,9 +51,11 @@ class Delegating:
     _handoffs: set[str]
     _reports: dict[str, Report]
     _mail_waiting: bool
-    # from ToolBatch
+    # from ToolBatch and Approvals
     _call_input: Callable[[ToolUseBlock], ToolCallInput]
     _could_not_run: Callable[[ToolUseBlock, BaseException], ToolCallOutput]
+    _made: Callable[[list[ToolCallOutput]], list[ToolCallOutput]]
+    _approval: Callable[[ToolUseBlock, ApprovalAsk], Awaitable[ApprovalDecision | ToolResultBlock]]
 
     async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
         """An agent tool call: the child agent's query runs as a child workflow of this one.
@@ -63,11 +67,7 @@ class Delegating:
         )
         host = contract.host_preset(input.settings)
         try:
-            prepared = (
-                await contract.delegate_prepare(
-                    call, host, summary=f"{input.agent.name} · delegate {use.name}"
-                )
-            ).root
+            call, prepared = await self._prepare(call, host)
             if isinstance(prepared, HandedOff) and input.team_workflow_id is not None:
                 # the team runtime runs it; the receipt answers the call now
                 team = workflow.get_external_workflow_handle(input.team_workflow_id)
@@ -102,6 +102,28 @@ class Delegating:
             if error_info(err).type in HOST_FAILURES:
                 raise
             return self._could_not_run(use, err)
+
+    async def _prepare(
+        self, call: DelegateCallInput, host: contract.Preset
+    ) -> tuple[DelegateCallInput, CallEnded | HandedOff | ChildQuery]:
+        """The host code before the child: a call the permission callback asks a person
+        about waits for the decision first (then runs as allowed, or ends denied)."""
+        summary = f"{self._input.agent.name} · delegate {call.tool_use.name}"
+        prepared = (await contract.delegate_prepare(call, host, summary=summary)).root
+        ask = prepared.result.approval if isinstance(prepared, CallEnded) else None
+        if ask is None:
+            return call, prepared
+        decided = await self._approval(call.tool_use, ask)
+        if isinstance(decided, ToolResultBlock):
+            return call, CallEnded(result=self._made([ToolCallOutput(block=decided)])[0])
+        use = call.tool_use
+        if decided.updated_input is not None:
+            use = use.model_copy(update={"input": decided.updated_input})
+        call = call.model_copy(update={"approved": True, "tool_use": use})
+        prepared = (
+            await contract.delegate_prepare(call, host, summary=f"{summary} · approved")
+        ).root
+        return call, prepared
 
     async def _collect_reports(self, handed: list[str]) -> TextBlock:
         """The team's reports on this batch's handoffs, in handoff order, as one text block."""
