@@ -372,3 +372,23 @@ async def test_otel_without_the_extra_names_it(lattice_server, monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace.export", None)
     with pytest.raises(ConfigurationError, match=r"agent-lattice\[otel\]"):
         await Runtime.connect(lattice_server, otel=True)
+
+
+async def test_metrics_port_is_decided_by_the_first_connect(lattice_runtime, lattice_server):
+    # the session's runtimes share this process's Temporal runtime, made without metrics
+    with pytest.raises(ConfigurationError, match=r"metrics_port=9464: .* without metrics"):
+        await Runtime.connect(lattice_server, metrics_port=9464)
+
+
+def test_a_metrics_port_that_is_no_number_is_refused(env):
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_lattice.cli", "worker", str(APP)],
+        env={**env, "LATTICE_METRICS_PORT": "nine"},
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "LATTICE_METRICS_PORT='nine' is not a port number" in done.stderr

@@ -273,7 +273,8 @@ class Runtime:
                 await task
         await self._receiver.close()
         await self.watch.close()
-        await asyncio.to_thread(flush_tracing)
+        if self.otel:  # a script's spans leave before it exits
+            await asyncio.to_thread(flush_tracing)
 
     async def __aenter__(self) -> Runtime:
         return self
