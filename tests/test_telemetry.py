@@ -174,10 +174,10 @@ def start_worker(env: dict[str, str]) -> Iterator[Any]:
             worker.proc.communicate(timeout=10)
 
 
-def lattice_run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
-    """`lattice run ... --json --no-worker` (the worker process serves the query)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_lattice.cli", "run", *args, "--json", "--no-worker"],
+def lattice(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A `lattice` command, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent_lattice.cli", *args],
         env=env,
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
@@ -185,6 +185,11 @@ def lattice_run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
         text=True,
         timeout=90,
     )
+
+
+def lattice_run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
+    """`lattice run ... --json --no-worker` (the worker process serves the query)."""
+    done = lattice(env, "run", *args, "--json", "--no-worker")
     assert done.returncode == 0, done.stdout + done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -381,14 +386,6 @@ async def test_metrics_port_is_decided_by_the_first_connect(lattice_runtime, lat
 
 
 def test_a_metrics_port_that_is_no_number_is_refused(env):
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_lattice.cli", "worker", str(APP)],
-        env={**env, "LATTICE_METRICS_PORT": "nine"},
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = lattice({**env, "LATTICE_METRICS_PORT": "nine"}, "worker", str(APP))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "LATTICE_METRICS_PORT='nine' is not a port number" in done.stderr
