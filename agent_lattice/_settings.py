@@ -17,6 +17,8 @@ __all__ = [
     "inline_limit",
     "inline_workers",
     "lattice_home",
+    "metrics_port",
+    "otel",
     "reconnect_s",
     "stream_host",
     "task_queue_prefix",
@@ -84,3 +86,24 @@ def temporal_bin() -> str | None:
 def debug() -> bool:
     """``LATTICE_DEBUG``: the CLI shows tracebacks and full log records."""
     return bool(os.environ.get("LATTICE_DEBUG"))
+
+
+def otel() -> bool:
+    """``LATTICE_OTEL``: trace queries with OpenTelemetry, exported over OTLP (``1``/``true``/
+    ``yes`` turn it on; the ``OTEL_*`` variables say where to)."""
+    return os.environ.get("LATTICE_OTEL", "").strip().lower() in ("1", "true", "yes")
+
+
+def metrics_port() -> int | None:
+    """``LATTICE_METRICS_PORT``: serve this process's metrics for Prometheus on that port (every
+    interface), or None when unset."""
+    raw = os.environ.get("LATTICE_METRICS_PORT", "").strip()
+    if not raw:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"LATTICE_METRICS_PORT={raw!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise ConfigurationError(f"LATTICE_METRICS_PORT={raw!r} is not a port number")
+    return port

@@ -22,7 +22,6 @@ from temporalio.client import Client
 from temporalio.service import RetryConfig, RPCError
 
 from agent_lattice.client import DevServer
-from agent_lattice.client._runtime import _temporal_runtime
 from agent_lattice.testing import (
     FakeAnthropicServer,
     RecordedRequest,
@@ -31,6 +30,7 @@ from agent_lattice.testing import (
     text,
     tool_use,
 )
+from agent_lattice.worker._telemetry import temporal_runtime
 
 pytestmark = pytest.mark.slow  # real processes killed, servers restarted
 
@@ -298,7 +298,7 @@ async def test_core_retries_of_a_lost_server_print_nothing(home: Path, capfd) ->
     server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
     client = await Client.connect(
         server.address,
-        runtime=_temporal_runtime(),
+        runtime=temporal_runtime(),
         retry_config=RetryConfig(
             max_interval_millis=100, max_elapsed_time_millis=3000, max_retries=0
         ),

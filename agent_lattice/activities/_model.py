@@ -21,6 +21,7 @@ from ..providers import ModelRequest, ProviderError
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._types import CompactInput, CompactOutput, ModelCallInput, ModelCallOutput
 from ._base import ActivitiesBase, heartbeating, hook, quiet_when_abandoned
+from ._telemetry import model_span
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -62,18 +63,21 @@ class ModelActivities(ActivitiesBase):
             timeout_ms=input.request.timeout_ms,
         )
         attempt = activity.info().attempt
+        span = model_span(agent.name, input.session_id, request, input.turn)
         async with heartbeating(), quiet_when_abandoned():
-            if input.stream and input.stream_to and input.stream_channel:
-                async with StreamSender(
-                    input.stream_to,
-                    input.stream_channel,
-                    turn=input.turn,
-                    attempt=attempt,
-                    after=input.after,
-                ) as sender:
-                    message = await _call_model(agent, request, sender.send, input)
-            else:
-                message = await _call_model(agent, request, None, input)
+            with span as reply:
+                if input.stream and input.stream_to and input.stream_channel:
+                    async with StreamSender(
+                        input.stream_to,
+                        input.stream_channel,
+                        turn=input.turn,
+                        attempt=attempt,
+                        after=input.after,
+                    ) as sender:
+                        message = await _call_model(agent, request, sender.send, input)
+                else:
+                    message = await _call_model(agent, request, None, input)
+                reply.reply(message)
         await tracer.emit(
             "assistant_message",
             turn=input.turn,

@@ -14,6 +14,7 @@ from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInp
 from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
 from ._delegation import recorded_ask
 from ._team import telling_of_mail
+from ._telemetry import tool_span
 from ._tools import CallRecord, invalid_input, permission_verdict, tool_context
 
 
@@ -64,7 +65,10 @@ class ToolActivities(ActivitiesBase):
                 )
                 return ToolCallOutput(block=placeholder, approval=decided)
             await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
-            result = result or decided or await record.run(run)
+            if result is None:  # not answered from its record: it runs (or is refused) now
+                with tool_span(agent.name, use.name, use.id) as span:
+                    result = decided or await record.run(run)
+                    span.result(result)
             return await self._settle(agent, use, result, tracer)
 
     @activity.defn(name=ActivityName.CHECK_TOOL_INPUT)

@@ -71,6 +71,14 @@ def run(
             show_default=False,
         ),
     ] = None,
+    otel: Annotated[
+        bool | None,
+        typer.Option(
+            "--otel/--no-otel",
+            help="Trace the query with OpenTelemetry over OTLP (default LATTICE_OTEL).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run one query and watch it: streamed text, tool calls, tool results, the result.
 
@@ -82,13 +90,23 @@ def run(
         prompt = sys.stdin.read()
     with errors_as_exit():
         agent = resolve_agent(target)
-    execute(lambda: _run(agent, prompt, json_lines=json_lines, stream=not no_stream, serve=serve))
+    execute(
+        lambda: _run(
+            agent, prompt, json_lines=json_lines, stream=not no_stream, serve=serve, otel=otel
+        )
+    )
 
 
 async def _run(
-    agent: Agent | Team, prompt: str, *, json_lines: bool, stream: bool, serve: bool | None
+    agent: Agent | Team,
+    prompt: str,
+    *,
+    json_lines: bool,
+    stream: bool,
+    serve: bool | None,
+    otel: bool | None = None,
 ) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+    runtime = await Runtime.connect(inline_workers=False, otel=otel)
     try:
         return await _run_query(runtime, agent, prompt, json_lines, stream, serve)
     finally:

@@ -181,6 +181,25 @@ def worker(
         int,
         typer.Option(min=1, help="Sync tool handlers run at once, each in its own thread."),
     ] = DEFAULT_TOOL_THREADS,
+    otel: Annotated[
+        bool | None,
+        typer.Option(
+            "--otel/--no-otel",
+            help="Trace with OpenTelemetry over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT; default "
+            "LATTICE_OTEL).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve Prometheus metrics on this port, at /metrics (default "
+            "LATTICE_METRICS_PORT).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run workers for the agents of APP (one per task queue) until SIGINT/SIGTERM.
 
@@ -189,11 +208,17 @@ def worker(
     """
     with errors_as_exit():
         agents = app_agents(load_app(app_ref))
-    execute(lambda: _worker(agents, shutdown_timeout, tool_threads))
+    execute(lambda: _worker(agents, shutdown_timeout, tool_threads, otel, metrics_port))
 
 
-async def _worker(agents: dict[str, Agent], shutdown_s: float, tool_threads: int) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+async def _worker(
+    agents: dict[str, Agent],
+    shutdown_s: float,
+    tool_threads: int,
+    otel: bool | None = None,
+    metrics_port: int | None = None,
+) -> int:
+    runtime = await Runtime.connect(inline_workers=False, otel=otel, metrics_port=metrics_port)
     try:
         return await _serve_agents(
             runtime.client, agents, shutdown_s, tool_threads, watch=runtime.watch

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import importlib
 import logging
 import os
@@ -21,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.runtime import LoggingConfig, TelemetryConfig, TelemetryFilter
-from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
@@ -43,6 +40,7 @@ from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
 from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
+from ..worker._telemetry import flush_tracing, temporal_runtime
 from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
@@ -86,34 +84,6 @@ class _QuietCancelledEviction(logging.Filter):
 logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
 
 
-_TEMPORAL_RUNTIME: TemporalRuntime | None = None
-
-
-def _temporal_runtime() -> TemporalRuntime:
-    """One Temporal Core runtime per process that prints only Core's errors.
-
-    Core's warnings at this level are expected here (an interrupt closes its run before the
-    aborted request completes: "activity not found on completion"). Core's logs are not
-    forwarded to Python logging: forwarding calls into Python from Core's threads, which can
-    abort the interpreter while it finalizes at the end of a script. Nor are its retries of
-    an unreachable server: a worker's polls retried for long print an error line (on stdout)
-    every 10 s, where the runtime's ServerWatch says it once on stderr.
-    """
-    global _TEMPORAL_RUNTIME
-    if _TEMPORAL_RUNTIME is None:
-        errors = TelemetryFilter(core_level="ERROR", other_level="ERROR").formatted()
-        _TEMPORAL_RUNTIME = TemporalRuntime(
-            telemetry=TelemetryConfig(
-                logging=LoggingConfig(filter=f"{errors},temporalio_client::retry=off")
-            )
-        )
-        # Never freed: Core may finish abandoned work (an RPC, a worker shutdown) after a
-        # script ends, blocking its thread on the GIL; freeing the runtime while Python
-        # finalizes waits for that thread forever (temporalio/sdk-python#300).
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_TEMPORAL_RUNTIME))
-    return _TEMPORAL_RUNTIME
-
-
 # Between polls of a run's durable messages: each poll is a workflow update (a workflow task
 # and history events); 50 ms keeps the run's own pace while messages stay prompt.
 POLL_COOLDOWN_S = 0.05
@@ -141,9 +111,11 @@ class Runtime:
         stream_host: str | None = None,
         server: DevServer | None = None,
         tool_threads: int = DEFAULT_TOOL_THREADS,
+        otel: bool = False,
     ) -> None:
         ToolThreads(tool_threads)  # its check now: the workers that use it start at a query
         self.client = client
+        self.otel = otel  # inline workers trace too (the client's interceptor reaches them)
         self.tool_threads = tool_threads  # sync tool handlers the inline workers run at once
         self.inline_workers = inline_workers
         self.settings = settings or ActivitySettings()
@@ -174,12 +146,20 @@ class Runtime:
         quiet: bool = False,
         tool_threads: int = DEFAULT_TOOL_THREADS,
         reconnect_s: float | None = None,
+        otel: bool | None = None,
+        metrics_port: int | None = None,
     ) -> Runtime:
         """``reconnect_s`` (default ``LATTICE_RECONNECT_S``, else 600): how long the runtime,
         its workers and its queries keep retrying a server they cannot reach before failing
-        with :class:`ServerUnreachableError`; meanwhile stderr says it is retrying."""
+        with :class:`ServerUnreachableError`; meanwhile stderr says it is retrying.
+
+        ``otel`` (default ``LATTICE_OTEL``): trace every query with OpenTelemetry, exported
+        over OTLP (the ``otel`` extra). ``metrics_port`` (default ``LATTICE_METRICS_PORT``):
+        serve this process's metrics for Prometheus there (the first connect decides)."""
         limit = reconnect_limit(reconnect_s)
         ToolThreads(tool_threads)  # refused before a server is started or reached
+        plugin = LatticePlugin(otel=otel)  # a missing extra is said before any server starts
+        core = temporal_runtime(metrics_port)
         address = address or os.environ.get("TEMPORAL_ADDRESS")
         namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
         api_key = api_key or os.environ.get("TEMPORAL_API_KEY")
@@ -204,8 +184,8 @@ class Runtime:
             namespace=namespace,
             api_key=api_key,
             tls=bool(api_key),
-            plugins=[LatticePlugin()],  # the converter; workers made from it inherit it
-            runtime=_temporal_runtime(),
+            plugins=[plugin],  # the converter, tracing; workers made from it inherit them
+            runtime=core,
         )
         runtime = cls(
             client,
@@ -213,6 +193,7 @@ class Runtime:
             settings=settings,
             server=server,
             tool_threads=tool_threads,
+            otel=plugin.otel,
         )
         runtime.watch = watch
         watch.start(client)
@@ -245,7 +226,9 @@ class Runtime:
                 worker = lattice_worker(
                     self.client,
                     task_queue=queue,
-                    plugin=LatticePlugin(self._registry, tool_threads=self.tool_threads),
+                    plugin=LatticePlugin(
+                        self._registry, tool_threads=self.tool_threads, otel=self.otel
+                    ),
                     # when this process dies, an adopter gets its runs' next tasks soon
                     sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
                 )
@@ -290,6 +273,8 @@ class Runtime:
                 await task
         await self._receiver.close()
         await self.watch.close()
+        if self.otel:  # a script's spans leave before it exits
+            await asyncio.to_thread(flush_tracing)
 
     async def __aenter__(self) -> Runtime:
         return self

@@ -16,6 +16,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from .. import _settings
 from .._errors import LatticeError
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
@@ -23,6 +24,7 @@ from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._registry import AgentRegistry
 from ._server_wait import ServerWaitInterceptor
+from ._telemetry import tracing_interceptor
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -66,7 +68,8 @@ class LatticePlugin(SimplePlugin):
     the team mailbox queue gets the mailbox workflow only. Workflow failure types are set so
     a deterministic error (bad input, a library error) fails the workflow instead of
     retrying its task forever. ``tool_threads`` (default 32) is how many sync tool handlers
-    the worker runs at once, each in its own thread.
+    the worker runs at once, each in its own thread. ``otel`` (default ``LATTICE_OTEL``)
+    traces with OpenTelemetry: on a client, its calls and every worker made from it.
     """
 
     def __init__(
@@ -74,7 +77,10 @@ class LatticePlugin(SimplePlugin):
         agents: Iterable[Agent] | AgentRegistry | None = None,
         *,
         tool_threads: int = DEFAULT_TOOL_THREADS,
+        otel: bool | None = None,
     ) -> None:
+        self.otel = _settings.otel() if otel is None else otel
+        tracing = [tracing_interceptor()] if self.otel else []
         registry = (
             agents if isinstance(agents, AgentRegistry) or agents is None else AgentRegistry(agents)
         )
@@ -82,8 +88,10 @@ class LatticePlugin(SimplePlugin):
         activities = (
             AgentActivities(registry, tool_threads=tool_threads) if registry is not None else None
         )
+        # the tracing interceptor's spans are opentelemetry objects, shared with the host
+        passthrough = [*PASSTHROUGH, "opentelemetry"] if self.otel else PASSTHROUGH
         runner = SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*passthrough)
         )
         failures: list[type[BaseException]] = [LatticeError, pydantic.ValidationError]
         super().__init__(
@@ -114,7 +122,7 @@ class LatticePlugin(SimplePlugin):
             workflow_runner=runner,
             workflow_failure_exception_types=failures,
             # a finished tool's result must reach a server that is down for a while
-            interceptors=[ServerWaitInterceptor()] if activities else None,
+            interceptors=[ServerWaitInterceptor(), *tracing] if activities else tracing or None,
         )
         # the team mailbox queue's wiring: its workflow, nothing of any agent
         self._mailbox = SimplePlugin(
@@ -122,6 +130,7 @@ class LatticePlugin(SimplePlugin):
             workflows=[TeamMailboxWorkflow],
             workflow_runner=runner,
             workflow_failure_exception_types=failures,
+            interceptors=tracing or None,
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from ._failures import error_info, gave_up
     from ._landing import StoreLanding
     from ._mail_types import MailNotice
+    from ._metrics import record_query_outcome
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
@@ -536,6 +537,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             usage_by_agent=self._usage_shares(),
         )
         self._publish(message)
+        agent = self._input.agent
+        took = workflow.now() - self._started_at
+        record_query_outcome(workflow.metric_meter(), agent.name, agent.model, subtype, took)
         # Let subscribers collect the last messages before the run closes.
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
