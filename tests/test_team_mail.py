@@ -5,6 +5,7 @@ limit), answers reach the lead; create_team_runner(); host AgentLike members str
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -15,7 +16,6 @@ from agent_lattice import (
     OptionError,
     ResultMessage,
     TeamAgentEvent,
-    TeamMessage,
     TeamMessageEvent,
     TeamRunner,
     TeamRunnerMessage,
@@ -171,18 +171,19 @@ async def test_the_host_s_send_during_a_query_is_answered_and_the_answers_reach_
         ended = [(await team.mailbox.get(i)).status for i in sent.values()]
         if sorted(ended) != ["done", "done", "failed"]:
             return False
-        # and the team runtime has told the lead (its events are sent as it settles the mail)
-        client = lattice_runtime.client
-        lead = await client.get_workflow_handle(ctx.workflow_id).describe()
-        assert lead.parent_id is not None
-        kept = await client.get_workflow_handle(lead.parent_id).query(
-            "mailbox", result_type=list[TeamMessage]
-        )
-        return sorted(m.status for m in kept if m.id in sent.values()) == [
-            "done",
-            "done",
-            "failed",
-        ]
+        # and the lead has been told (the runtime's events reach it in order, one signal
+        # after the other: the last may still be on its way when the mailbox shows the end)
+        history = await lattice_runtime.client.get_workflow_handle(ctx.workflow_id).fetch_history()
+        told = set()
+        for event in history.events:
+            signaled = event.workflow_execution_signaled_event_attributes
+            if event.HasField("workflow_execution_signaled_event_attributes") and (
+                signaled.signal_name == "team_message"
+            ):
+                data = json.loads(signaled.input.payloads[0].data)
+                if data["event"] in ("completed", "failed"):
+                    told.add(data["message_id"])
+        return set(sent.values()) <= told
 
     team = create_team(
         name="studio",
