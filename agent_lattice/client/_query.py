@@ -31,6 +31,7 @@ from .._messages import (
 )
 from .._option_types import QuerySignal
 from .._options import check_options
+from .._pricing import check_priced
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._mail_types import MailNotice
@@ -90,6 +91,7 @@ class QueryRun:
         tracer: ContextTracer | None = None,
         signal: QuerySignal | None = None,
         approval_timeout_s: float | None = None,
+        max_budget_usd: float | None = None,
     ) -> None:
         if signal is not None and not (
             callable(getattr(signal, "is_set", None)) and callable(getattr(signal, "wait", None))
@@ -100,6 +102,9 @@ class QueryRun:
             )
         self.signal = signal
         self.approval_timeout_s = approval_timeout_s
+        if max_budget_usd is not None:
+            check_priced(agent.config.model, agent.config.pricing, "QueryOptions")
+        self.max_budget_usd = max_budget_usd
         self._approvals: dict[str, str] = {}  # approval id -> its run, as the stream said
         self._watcher: asyncio.Task[None] | None = None  # aborts the run once signal is set
         if tracer is not None and not isinstance(tracer, ContextTracer):
@@ -205,6 +210,7 @@ class QueryRun:
             deadline_s=self.deadline_s,
             workspace_grants=self.workspace_grants,
             approval_timeout_s=self.approval_timeout_s,
+            max_budget_usd=self.max_budget_usd,
         )
         if self.tracer is not None:
             if not runtime.inline_workers:

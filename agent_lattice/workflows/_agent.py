@@ -93,6 +93,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             turns=carried.turns if carried else 0,
             last_input_tokens=carried.last_input_tokens if carried else input.last_input_tokens,
             recovered=carried.recovered if carried else False,
+            max_budget_usd=input.max_budget_usd
+            if input.max_budget_usd is not None
+            else agent.max_budget_usd,
         )
         self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
         self._published = carried.published if carried else 0
@@ -100,6 +103,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._pending_signals: list[asyncio.Task[None]] = []
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
+        self._cost_usd = carried.cost_usd if carried else 0.0
+        self._cost_unknown = carried.cost_unknown if carried else False
+        self._cost_by_agent = dict(carried.cost_by_agent) if carried else {}
         self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
         self._reports: dict[str, Report] = {}
         self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
@@ -262,6 +268,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             started_at=self._started_at,
             runs=(self._input.continuation.runs if self._input.continuation else 1) + 1,
             landing=self._landing,
+            cost_usd=self._cost_usd,
+            cost_unknown=self._cost_unknown,
+            cost_by_agent=self._cost_by_agent,
         )
         await self._stream.continue_as_new(
             lambda state: [
@@ -295,6 +304,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             interrupted=self._interrupted,
             aborted=self._aborted,
             continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
+            spent_usd=self._spent_usd(),
         )
 
     async def _request_step(self) -> ModelReplied | ModelFailed:
@@ -305,6 +315,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
                 gave_up(err, self._input.settings.model_give_up_s) or error_info(err)
             )
         self._reply = output
+        self._add_cost(output.cost_usd)  # paid for, even if the reply is dropped later
         return ModelReplied(output.message, output.batch_rejection)
 
     def _take_reply(self) -> ModelCallOutput | None:
@@ -414,6 +425,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         self._compacted = True
         if out.usage is not None:
             self._usage = self._usage + out.usage
+            self._add_cost(out.cost_usd)
         self._publish(
             SystemMessage(
                 subtype="compaction",
@@ -514,12 +526,14 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
                                 "num_turns": self._turns,
                                 "stop_reason": self._stop_reason,
                                 "usage": self._usage.model_dump(),
+                                "total_cost_usd": _total(self._cost_shares()),
                             },
                         )
                     ]
                 )
             except (ActivityError, ApplicationError) as err:
                 subtype, error = "error_during_execution", error_info(err)
+        costs = self._cost_shares()
         message = ResultMessage(
             subtype=subtype,
             result=result if error is None else error.message,
@@ -534,6 +548,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             duration_ms=int((workflow.now() - self._started_at).total_seconds() * 1000),
             error=error,
             usage_by_agent=self._usage_shares(),
+            total_cost_usd=_total(costs),
+            cost_by_agent=costs,
         )
         self._publish(message)
         # Let subscribers collect the last messages before the run closes.
@@ -547,3 +563,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             compacted=self._compacted,
             landing=self._landing,
         )
+
+
+def _total(costs: dict[str, float | None]) -> float | None:
+    """The query's cost: every agent's share, or None when one of them is unknown."""
+    values = list(costs.values())
+    return None if any(c is None for c in values) else sum(c for c in values if c is not None)
