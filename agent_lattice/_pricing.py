@@ -28,6 +28,7 @@ __all__ = [
     "model_price",
     "price_option",
     "request_cost",
+    "total_cost",
 ]
 
 _MILLION = 1_000_000
@@ -157,3 +158,9 @@ def check_priced(model: str, pricing: ModelPrice | None, where: str) -> None:
             '(ANTHROPIC_PRICES) does not have; give the agent pricing={"input": ..., '
             '"output": ...} (USD per million tokens)'
         )
+
+
+def total_cost(shares: Mapping[str, float | None]) -> float | None:
+    """A query's cost from every agent's share: None when one of them is unknown."""
+    values = list(shares.values())
+    return None if any(c is None for c in values) else sum(c for c in values if c is not None)

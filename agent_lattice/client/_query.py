@@ -37,6 +37,7 @@ from ..workflows._contract import FailureType
 from ..workflows._mail_types import MailNotice
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ..workflows._visibility import PROMPT_MEMO, prompt_line, start_attributes
 from ._approvals import decide, find_approval
 from ._default import get_default_runtime
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
@@ -211,7 +212,9 @@ class QueryRun:
             workspace_grants=self.workspace_grants,
             approval_timeout_s=self.approval_timeout_s,
             max_budget_usd=self.max_budget_usd,
+            search_attributes=await runtime.search_attributes_ready(),
         )
+        memo = {PROMPT_MEMO: prompt_line(self.prompt)}
         if self.tracer is not None:
             if not runtime.inline_workers:
                 raise OptionError(
@@ -243,6 +246,7 @@ class QueryRun:
                 task_queue=runtime.task_queue_for(agent),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"team {team.name} · lead {agent.name}",
+                memo=memo,
                 result_type=AgentRunOutput,
                 start_signal=aborted,
             )
@@ -263,6 +267,10 @@ class QueryRun:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"{agent.name} · {config.model}",
                 static_details=f"session {agent.session_id}",
+                memo=memo,
+                search_attributes=start_attributes(agent.name, agent.session_id, config.model)
+                if run_input.search_attributes
+                else None,
                 result_type=AgentRunOutput,
             )
         if self._interrupt_requested:

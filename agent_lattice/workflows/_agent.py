@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
         UserMessage,
     )
+    from .._pricing import total_cost
     from .._steps import (
         BatchDone,
         BatchFailed,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from ._failures import error_info, gave_up
     from ._landing import StoreLanding
     from ._mail_types import MailNotice
+    from ._progress import Progress
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
@@ -73,7 +75,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
+class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -110,6 +112,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         self._reports: dict[str, Report] = {}
         self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
         self._init_approvals()
+        self._init_progress()
         landing = carried.landing if carried else input.landing
         self._landing = landing.model_copy() if landing else None
 
@@ -308,6 +311,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         )
 
     async def _request_step(self) -> ModelReplied | ModelFailed:
+        self._show(f"turn {self._turns} · model request")
         try:
             output = await self._request_model()
         except (ActivityError, CancelledError, asyncio.CancelledError) as err:
@@ -338,6 +342,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
     async def _compact_step(self) -> Compacted:
         if self._reply is not None:  # the reply overflowed: compact the transcript as sent
             self._head, self._unsent = self._reply.request_head, []
+        self._show(f"turn {self._turns} · compacting the conversation")
         ok = await self._compact()
         if ok:
             self._reply = None  # the overflowed turn is taken again
@@ -347,6 +352,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         output = self._take_reply()
         assert output is not None
         reply, input = output.message, self._input
+        names = dict.fromkeys(u.name for u in reply.tool_uses)  # each once, in order
+        self._show(f"turn {self._turns} · running {', '.join(names)}", index=True)
         stored = await self._land(reply, head=output.head)
         self._made_here: set[str] = set()
         try:
@@ -368,6 +375,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         blocks: list[ContentBlock] = [o.block for o in outcomes]
         handed = [u.id for u in reply.tool_uses if u.id in self._handoffs]
         if handed:  # the lead waits for every handoff of the batch to report
+            self._show(f"turn {self._turns} · waiting for {len(handed)} team report(s)")
             blocks.append(await self._collect_reports(handed))
         if self._mail_waiting and not self._aborted:
             mail = await self._lead_mail()
@@ -526,7 +534,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
                                 "num_turns": self._turns,
                                 "stop_reason": self._stop_reason,
                                 "usage": self._usage.model_dump(),
-                                "total_cost_usd": _total(self._cost_shares()),
+                                "total_cost_usd": total_cost(self._cost_shares()),
                             },
                         )
                     ]
@@ -534,6 +542,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             except (ActivityError, ApplicationError) as err:
                 subtype, error = "error_during_execution", error_info(err)
         costs = self._cost_shares()
+        turns = f"{self._turns} turn{'' if self._turns == 1 else 's'}"
+        self._show(f"{subtype} after {turns}", index=True, outcome=subtype)
         message = ResultMessage(
             subtype=subtype,
             result=result if error is None else error.message,
@@ -548,7 +558,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             duration_ms=int((workflow.now() - self._started_at).total_seconds() * 1000),
             error=error,
             usage_by_agent=self._usage_shares(),
-            total_cost_usd=_total(costs),
+            total_cost_usd=total_cost(costs),
             cost_by_agent=costs,
         )
         self._publish(message)
@@ -563,9 +573,3 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             compacted=self._compacted,
             landing=self._landing,
         )
-
-
-def _total(costs: dict[str, float | None]) -> float | None:
-    """The query's cost: every agent's share, or None when one of them is unknown."""
-    values = list(costs.values())
-    return None if any(c is None for c in values) else sum(c for c in values if c is not None)

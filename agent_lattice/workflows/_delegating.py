@@ -83,7 +83,7 @@ class Delegating:
             try:
                 handle = await start_child(
                     prepared,  # the member is a team: its TeamWorkflow runs the query
-                    input.settings,
+                    input,
                     summary=f"{prepared.child.agent.name} · delegated by {input.agent.name}",
                 )
                 self._children[use.id] = handle

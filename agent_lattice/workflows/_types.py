@@ -236,6 +236,8 @@ class AgentRunInput(BaseModel):
     # a delegated run whose agent has a history store: its messages are written as they land
     landing: Landing | None = None
     max_budget_usd: float | None = None  # this query's budget (None: the agent's)
+    # the server has the Lattice search attributes: the run upserts them (see _visibility)
+    search_attributes: bool = False
 
 
 class AgentRunOutput(BaseModel):
