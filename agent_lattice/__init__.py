@@ -25,6 +25,7 @@ from ._errors import (
     HistoryStoreError,
     HookError,
     LatticeError,
+    MaxBudgetError,
     MaxTurnsError,
     MissingOutputError,
     OptionError,
@@ -80,6 +81,7 @@ from ._messages import (
 from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
 from ._option_types import AgentOptions, AgentToolOptions, DelegateToolOptions, QueryOptions
 from ._output_schema import OutputSchema
+from ._pricing import ANTHROPIC_PRICES, ModelPrice, model_price
 from ._skills import Skill, load_skill, skill
 from ._team import DrainResult, Team, TeamMember, create_team, team_member
 from ._team_runner import TeamRunner, create_team_runner
@@ -115,6 +117,7 @@ from .worker import LatticePlugin, create_worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "ANTHROPIC_PRICES",
     "DEFAULT_COMPACTION_PROMPT",
     "SUBMIT_OUTPUT_TOOL_NAME",
     "APIError",
@@ -147,10 +150,12 @@ __all__ = [
     "LatticePlugin",
     "MCPClient",
     "MCPConnection",
+    "MaxBudgetError",
     "MaxTurnsError",
     "MissingOutputError",
     "ModelClient",
     "ModelMessage",
+    "ModelPrice",
     "ModelRequest",
     "ModelRequestContext",
     "ObservationSupport",
@@ -224,6 +229,7 @@ __all__ = [
     "list_pending_approvals",
     "load_skill",
     "mailbox_id",
+    "model_price",
     "resolve_approval",
     "set_default_runtime",
     "skill",

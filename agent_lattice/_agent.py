@@ -22,14 +22,14 @@ from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._option_types import AgentOptions, QueryOptions
-from ._options import check_options
+from ._options import check_options, check_request_options
 from ._output_schema import OutputSchema
+from ._pricing import ModelPrice, check_priced, price_option
 from ._session import QueryRunner, Session
 from ._skills import Skill
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
     ToolDefinition,
-    check_timeout,
     check_tool_name,
     submit_output_tool,
 )
@@ -77,6 +77,8 @@ AGENT_OPTIONS = frozenset(
         "auto_compact",
         "workspace",
         "approval_timeout_s",
+        "pricing",
+        "max_budget_usd",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -93,58 +95,9 @@ QUERY_OPTIONS = frozenset(
         "tracer",
         "signal",
         "approval_timeout_s",
+        "max_budget_usd",
     }
 )
-REASONING_EFFORTS = ("low", "high", "max")
-
-
-def check_request_options(kind: str, options: Mapping[str, Any]) -> None:
-    """Validate output_format / thinking_config / reasoning_effort where they are given."""
-    fmt = options.get("output_format")
-    if fmt is not None and fmt != "json":
-        schema = fmt.get("schema") if isinstance(fmt, Mapping) else None
-        if not (
-            isinstance(fmt, Mapping)
-            and fmt.get("type") == "json_schema"
-            and isinstance(schema, Mapping)
-        ):
-            raise OptionError(
-                f'{kind}: output_format must be "json" or {{"type": "json_schema", "schema": {{...}}}}; got {fmt!r}'
-            )
-    thinking = options.get("thinking_config")
-    if thinking is not None:
-        kind_ = thinking.get("type") if isinstance(thinking, Mapping) else None
-        budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
-        if kind_ not in ("adaptive", "enabled", "disabled") or (
-            kind_ == "enabled"
-            and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1)
-        ):
-            raise OptionError(
-                f'{kind}: thinking_config must be {{"type": "adaptive"}}, {{"type": "disabled"}} or '
-                f'{{"type": "enabled", "budget_tokens": <positive int>}}; got {thinking!r}'
-            )
-    request_timeout = options.get("request_timeout_ms")
-    if request_timeout is not None and (
-        not isinstance(request_timeout, int)
-        or isinstance(request_timeout, bool)
-        or request_timeout < 1
-    ):
-        raise OptionError(
-            f"{kind}: request_timeout_ms must be a positive integer (milliseconds); got {request_timeout!r}"
-        )
-    deadline = options.get("timeout")
-    if deadline is not None and (
-        isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0
-    ):
-        raise OptionError(f"{kind}: timeout must be a positive number of seconds; got {deadline!r}")
-    check_timeout(options.get("approval_timeout_s"), f"{kind}: approval_timeout_s")
-    effort = options.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise OptionError(
-            f"{kind}: reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r}"
-        )
-
-
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -180,6 +133,9 @@ class AgentConfig:
     workspace: str | bool | dict[str, Any] | None = None
     # an approval request undecided this long is denied ("approval timed out"); None: no limit
     approval_timeout_s: float | None = None
+    # USD per million tokens for this agent's requests (None: the price list's, by model)
+    pricing: ModelPrice | None = None
+    max_budget_usd: float | None = None  # a query ends error_max_budget once it spent this
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -229,6 +185,9 @@ class AgentConfig:
         if permission is not None and not callable(permission):
             raise OptionError("AgentOptions: permission must be a callable (request) -> decision")
         _check_endpoint(options)
+        pricing = price_option(options.get("pricing"), "AgentOptions")
+        if options.get("max_budget_usd") is not None:
+            check_priced(model, pricing, "AgentOptions")
         client = options.get("model_client")
         if client is not None and not isinstance(client, ModelClient):
             raise OptionError("AgentOptions: model_client must implement ModelClient.create()")
@@ -258,6 +217,8 @@ class AgentConfig:
             auto_compact=CompactionSettings.from_option(options.get("auto_compact")),
             workspace=_workspace(options.get("workspace")),
             approval_timeout_s=options.get("approval_timeout_s"),
+            pricing=pricing,
+            max_budget_usd=options.get("max_budget_usd"),
         )
 
     def fingerprint(self) -> str:

@@ -25,7 +25,8 @@ Every error the library raises derives from :class:`LatticeError`::
         ├── MaxTurnsError      ``max_turns`` model requests were made without a final answer
         ├── MissingOutputError the run ended without submitting its ``output_schema`` result
         ├── TimeoutError       a request or query deadline passed (``error_timeout``)
-        └── AbortError         the query was cancelled (``error_abort``)
+        ├── AbortError         the query was cancelled (``error_abort``)
+        └── MaxBudgetError     the query spent ``max_budget_usd`` (``error_max_budget``)
 
 Developer mistakes (``OptionError``) are kept apart from run failures (``AgentRunError``):
 the first are raised by factories such as ``create_agent`` and ``tool``, the second describe
@@ -44,6 +45,7 @@ __all__ = [
     "HistoryStoreError",
     "HookError",
     "LatticeError",
+    "MaxBudgetError",
     "MaxTurnsError",
     "MissingOutputError",
     "OptionError",
@@ -149,3 +151,11 @@ class AbortError(AgentRunError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, subtype="error_abort")
+
+
+class MaxBudgetError(AgentRunError):
+    """The query's model requests cost ``max_budget_usd`` before it finished
+    (``error_max_budget``): no further request was started."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, subtype="error_max_budget")

@@ -236,6 +236,7 @@ ResultSubtype = Literal[
     "error_timeout",
     "error_abort",
     "error_during_execution",
+    "error_max_budget",
 ]
 
 
@@ -248,6 +249,7 @@ class ErrorKind(StrEnum):
     MAX_TURNS = "MaxTurnsError"
     MISSING_OUTPUT = "MissingOutputError"
     ABORT = "AbortError"
+    MAX_BUDGET = "MaxBudgetError"
     RUN_ERROR = "AgentRunError"
 
 
@@ -277,6 +279,10 @@ class ResultMessage(BaseModel):
     error: ErrorInfo | None = None
     # each agent's own usage when the query delegated to child agents (``usage`` is the sum)
     usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
+    # what the query's model requests cost in US dollars, children's included (None: some
+    # model's price is unknown), and each agent's own share beside ``usage_by_agent``
+    total_cost_usd: float | None = None
+    cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
 
     def raise_for_error(self) -> ResultMessage:
         """Raise the matching :class:`~agent_lattice.AgentRunError` for an error result."""
@@ -292,6 +298,7 @@ class ResultMessage(BaseModel):
             "error_missing_output": _errors.MissingOutputError,
             "error_timeout": _errors.TimeoutError,
             "error_abort": _errors.AbortError,
+            "error_max_budget": _errors.MaxBudgetError,
         }
         cls = by_subtype.get(self.subtype)
         if cls is not None:

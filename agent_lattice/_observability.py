@@ -144,7 +144,10 @@ class _RunMapper:
             child = run.children.pop(f"turn/{data.get('turn')}", None)
             if child is not None:
                 outputs = {"message": data.get("message"), "stop_reason": data.get("stop_reason")}
-                backend.end(child, outputs, usage=data.get("usage"))
+                usage = data.get("usage")
+                if usage is not None and data.get("cost_usd") is not None:
+                    usage = {**usage, "cost_usd": data["cost_usd"]}  # a model turn's own cost
+                backend.end(child, outputs, usage=usage)
         elif event.type == "tool_use":
             run = self._root(event)
             run.children[f"tool/{data.get('id')}"] = backend.child(
@@ -297,12 +300,20 @@ class _LangSmith(_Backend):
     ) -> None:
         outputs = dict(outputs or {})
         if usage:
-            tokens_in, tokens_out = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
-            outputs["usage_metadata"] = {
+            # LangSmith counts cache reads and writes inside input_tokens, detailed apart
+            cache_read = int(usage.get("cache_read_input_tokens", 0))
+            cache_write = int(usage.get("cache_creation_input_tokens", 0))
+            tokens_in = int(usage.get("input_tokens", 0)) + cache_read + cache_write
+            tokens_out = int(usage.get("output_tokens", 0))
+            metadata: dict[str, Any] = {
                 "input_tokens": tokens_in,
                 "output_tokens": tokens_out,
                 "total_tokens": tokens_in + tokens_out,
+                "input_token_details": {"cache_read": cache_read, "cache_creation": cache_write},
             }
+            if usage.get("cost_usd") is not None:
+                metadata["total_cost"] = usage["cost_usd"]
+            outputs["usage_metadata"] = metadata
         run.end(outputs=outputs, error=error)
         run.patch()
 
@@ -454,10 +465,15 @@ class _Langfuse(_Backend):
         if error is not None:
             update.update(level="ERROR", status_message=error)
         if usage and run.kind == "generation":
+            # Langfuse's Anthropic usage types: cache reads and writes beside fresh input
             update["usage_details"] = {
                 "input": int(usage.get("input_tokens", 0)),
                 "output": int(usage.get("output_tokens", 0)),
+                "cache_read_input_tokens": int(usage.get("cache_read_input_tokens", 0)),
+                "cache_creation_input_tokens": int(usage.get("cache_creation_input_tokens", 0)),
             }
+            if usage.get("cost_usd") is not None:
+                update["cost_details"] = {"total": float(usage["cost_usd"])}
         run.span.update(**update)
         run.span.end()
 

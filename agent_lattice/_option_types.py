@@ -79,6 +79,10 @@ class AgentOptions(TypedDict, total=False):
     workspace: str | os.PathLike[str] | bool | Mapping[str, Any] | None
     # seconds an approval request may wait before it is denied ("approval timed out")
     approval_timeout_s: float | None
+    # USD per million tokens: {"input", "output", "cache_write", "cache_read"} or a ModelPrice
+    pricing: Mapping[str, float] | Any
+    # a query ends with error_max_budget once its cost reached this (US dollars)
+    max_budget_usd: float | None
 
 
 class QueryOptions(TypedDict, total=False):
@@ -99,6 +103,8 @@ class QueryOptions(TypedDict, total=False):
     signal: QuerySignal | None
     # this query's approval requests: denied when undecided this long (default: the agent's)
     approval_timeout_s: float | None
+    # this query's budget in US dollars (default: the agent's max_budget_usd)
+    max_budget_usd: float | None
 
 
 class AgentToolOptions(TypedDict, total=False):

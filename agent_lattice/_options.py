@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._errors import OptionError
 
-__all__ = ["check_options"]
+__all__ = ["check_options", "check_positive", "check_request_options", "check_timeout"]
 
 
 def check_options(
@@ -22,3 +23,73 @@ def check_options(
                 f'{head} unknown option "{key}". Check for a typo, or upgrade the SDK if this '
                 "option was added in a newer version."
             )
+
+
+REASONING_EFFORTS = ("low", "high", "max")
+
+
+def check_request_options(kind: str, options: Mapping[str, Any]) -> None:
+    """Validate output_format / thinking_config / reasoning_effort where they are given."""
+    fmt = options.get("output_format")
+    if fmt is not None and fmt != "json":
+        schema = fmt.get("schema") if isinstance(fmt, Mapping) else None
+        if not (
+            isinstance(fmt, Mapping)
+            and fmt.get("type") == "json_schema"
+            and isinstance(schema, Mapping)
+        ):
+            raise OptionError(
+                f'{kind}: output_format must be "json" or {{"type": "json_schema", "schema": {{...}}}}; got {fmt!r}'
+            )
+    thinking = options.get("thinking_config")
+    if thinking is not None:
+        kind_ = thinking.get("type") if isinstance(thinking, Mapping) else None
+        budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+        if kind_ not in ("adaptive", "enabled", "disabled") or (
+            kind_ == "enabled"
+            and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1)
+        ):
+            raise OptionError(
+                f'{kind}: thinking_config must be {{"type": "adaptive"}}, {{"type": "disabled"}} or '
+                f'{{"type": "enabled", "budget_tokens": <positive int>}}; got {thinking!r}'
+            )
+    request_timeout = options.get("request_timeout_ms")
+    if request_timeout is not None and (
+        not isinstance(request_timeout, int)
+        or isinstance(request_timeout, bool)
+        or request_timeout < 1
+    ):
+        raise OptionError(
+            f"{kind}: request_timeout_ms must be a positive integer (milliseconds); got {request_timeout!r}"
+        )
+    deadline = options.get("timeout")
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0
+    ):
+        raise OptionError(f"{kind}: timeout must be a positive number of seconds; got {deadline!r}")
+    check_timeout(options.get("approval_timeout_s"), f"{kind}: approval_timeout_s")
+    check_positive(options.get("max_budget_usd"), f"{kind}: max_budget_usd", "US dollars")
+    effort = options.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise OptionError(
+            f"{kind}: reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r}"
+        )
+
+
+def check_timeout(value: Any, where: str) -> float | None:
+    """A positive, finite number of seconds (or None)."""
+    return check_positive(value, where, "seconds")
+
+
+def check_positive(value: Any, where: str, unit: str) -> float | None:
+    """A positive, finite number of ``unit`` (or None)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise OptionError(f"{where} must be a positive number of {unit}; got {value!r}")
+    return float(value)

@@ -114,6 +114,10 @@ class LoopState:
     continue_as_new_suggested: bool = False
     # a recovery compaction under way: the event it answers, which stands if it fails
     recovering: ModelReplied | ModelFailed | None = None
+    # max_budget_usd (None: no budget), and what the query's model requests cost so far
+    # (those with a known price; finished children's included): the workflow observes it
+    max_budget_usd: float | None = None
+    spent_usd: float = 0.0
 
 
 # Steps: what to do next.
@@ -204,6 +208,8 @@ def _turn(state: LoopState) -> Step:
             ),
             state=state,
         )
+    if _over_budget(state):
+        return _budget_spent(state)
     if state.turns_this_run >= state.turns_per_run or state.continue_as_new_suggested:
         return ContinueAsNew(state=state)
     threshold = state.compaction_threshold
@@ -215,11 +221,30 @@ def _turn(state: LoopState) -> Step:
     )
 
 
+def _over_budget(state: LoopState) -> bool:
+    """The next model request would start past the budget (a compaction is one too)."""
+    return state.max_budget_usd is not None and state.spent_usd >= state.max_budget_usd
+
+
+def _budget_spent(state: LoopState) -> Finish:
+    return Finish(
+        "error_max_budget",
+        error=ErrorInfo(
+            type=ErrorKind.MAX_BUDGET,
+            message=f"spent ${state.spent_usd:.4f} of max_budget_usd "
+            f"(${state.max_budget_usd:g}) without a final answer",
+        ),
+        state=state,
+    )
+
+
 def _can_recover(state: LoopState) -> bool:
     return state.compaction_threshold is not None and not state.recovered
 
 
-def _recover(state: LoopState, event: ModelReplied | ModelFailed) -> Compact:
+def _recover(state: LoopState, event: ModelReplied | ModelFailed) -> Compact | Finish:
+    if _over_budget(state):  # the summary would be a request past the budget
+        return _budget_spent(state)
     return Compact(
         recovery=True,
         state=replace(state, recovered=True, last_input_tokens=0, recovering=event),

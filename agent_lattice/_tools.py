@@ -6,7 +6,6 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import math
 import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -17,7 +16,7 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 from pydantic import BaseModel, ValidationError
 
 from ._errors import OptionError, ToolInputError
-from ._options import check_options
+from ._options import check_options, check_timeout
 
 __all__ = [
     "SUBMIT_OUTPUT_TOOL_NAME",
@@ -354,20 +353,6 @@ def tool(
         timeout_s=check_timeout(opts.get("timeout_s"), f"tool({name!r}): timeout_s"),
         requires_approval=requires_approval,
     )
-
-
-def check_timeout(value: Any, where: str) -> float | None:
-    """A positive, finite number of seconds (or None)."""
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise OptionError(f"{where} must be a positive number of seconds; got {value!r}")
-    return float(value)
 
 
 SUBMIT_OUTPUT_TOOL_NAME = "submit_output"

@@ -204,3 +204,4 @@ def test_histories_are_committed():
     assert "approval" in names
     assert {"team_run", "team_lead", "team_mailbox"} <= names
     assert {"child_landing", "child_store_failed"} <= names
+    assert "indexed_run" in names  # search attributes upserted, a budget spent

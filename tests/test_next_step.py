@@ -328,6 +328,71 @@ def test_a_failing_hook_stops_the_query():
     )
 
 
+# --- max_budget_usd
+
+
+def test_past_the_budget_the_query_ends_before_the_next_request():
+    state = replace(STATE, turns=1, turns_this_run=1, max_budget_usd=0.01, spent_usd=0.012)
+    step = next_step(state, BatchDone())
+    assert isinstance(step, Finish) and step.subtype == "error_max_budget"
+    assert step.error is not None and step.error.type == "MaxBudgetError"
+    assert "max_budget_usd ($0.01)" in step.error.message and "$0.0120" in step.error.message
+    assert step.state.turns == 1  # no request was made for it
+
+
+def test_a_budget_spent_exactly_is_spent():
+    state = replace(STATE, turns=1, max_budget_usd=0.01, spent_usd=0.01)
+    step = next_step(state, BatchDone())
+    assert isinstance(step, Finish) and step.subtype == "error_max_budget"
+
+
+def test_under_the_budget_or_without_one_the_query_goes_on():
+    under = replace(STATE, turns=1, turns_this_run=1, max_budget_usd=0.01, spent_usd=0.0099)
+    assert next_step(under, BatchDone()) == RequestModel(
+        state=replace(under, turns=2, turns_this_run=2)
+    )
+    none = replace(STATE, turns=1, turns_this_run=1, spent_usd=10**6)
+    assert isinstance(next_step(none, BatchDone()), RequestModel)
+
+
+def test_a_final_answer_past_the_budget_is_still_success():
+    state = replace(STATE, turns=1, turns_this_run=1, max_budget_usd=0.01, spent_usd=1.0)
+    assert next_step(state, ModelReplied(answer("4"))) == Finish("success", result="4", state=state)
+
+
+def test_the_budget_comes_before_compaction_and_continue_as_new():
+    spent = replace(
+        STATE,
+        turns=1,
+        turns_this_run=200,
+        compaction_threshold=100,
+        last_input_tokens=101,
+        max_budget_usd=1.0,
+        spent_usd=2.0,
+    )
+    step = next_step(spent, BatchDone())
+    assert isinstance(step, Finish) and step.subtype == "error_max_budget"
+
+
+def test_an_overflow_past_the_budget_is_not_recovered_by_a_summary_request():
+    state = replace(
+        STATE, turns=1, turns_this_run=1, compaction_threshold=10**6, max_budget_usd=0.5
+    )
+    failed = ModelFailed(ErrorInfo(type="APIError", message="prompt is too long", status_code=400))
+    assert isinstance(next_step(state, failed), Compact)
+    step = next_step(replace(state, spent_usd=0.5), failed)
+    assert isinstance(step, Finish) and step.subtype == "error_max_budget"
+
+
+def test_an_interrupt_or_abort_wins_over_the_budget():
+    spent = replace(STATE, turns=1, max_budget_usd=0.01, spent_usd=1.0)
+    assert next_step(replace(spent, interrupted=True), BatchDone()) == Finish(
+        "interrupted", state=replace(spent, interrupted=True)
+    )
+    step = next_step(replace(spent, aborted=True), BatchDone())
+    assert isinstance(step, Finish) and step.subtype == "error_abort"
+
+
 # --- continue-as-new
 
 

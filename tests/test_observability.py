@@ -45,7 +45,12 @@ def tool_run_script():
         message(
             [tool_use_block("calculator", {"expr": "2+2"}), tool_use_block("calculator", {})],
             stop_reason="tool_use",
-            usage={"input_tokens": 11, "output_tokens": 3},
+            usage={
+                "input_tokens": 11,
+                "output_tokens": 3,
+                "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 40,
+            },
         ),
         text("4", usage={"input_tokens": 20, "output_tokens": 1}),
     )
@@ -66,6 +71,7 @@ async def test_langsmith_tracer_posts_one_root_with_llm_and_tool_children(
     agent = make_agent(
         name="smith",
         tools=[make_calculator()],
+        pricing={"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.3},
         tracer=create_composite_context_tracer([create_jsonl_context_tracer(path=jsonl), tracer]),
     )
     try:
@@ -97,7 +103,14 @@ async def test_langsmith_tracer_posts_one_root_with_llm_and_tool_children(
     assert all(c["trace_id"] == root["id"] and c["end_time"] for c in children)
     first_turn, ok_tool, bad_tool, _ = children
     assert first_turn["inputs"]["messages"][0]["content"] == "What is 2+2?"
-    assert first_turn["outputs"]["usage_metadata"]["input_tokens"] == 11
+    # cache reads and writes are input tokens, detailed apart, and the turn has its cost
+    assert first_turn["outputs"]["usage_metadata"] == {
+        "input_tokens": 151,
+        "output_tokens": 3,
+        "total_tokens": 154,
+        "input_token_details": {"cache_read": 100, "cache_creation": 40},
+        "total_cost": pytest.approx((11 * 3 + 3 * 15 + 40 * 3.75 + 100 * 0.3) / 1e6),
+    }
     assert first_turn["extra"]["metadata"]["ls_model_name"] == "claude-test"
     assert ok_tool["inputs"] == {"expr": "2+2"} and ok_tool["outputs"]["content"] == "4"
     assert ok_tool.get("error") is None
@@ -117,7 +130,9 @@ async def test_langfuse_tracer_exports_one_trace_per_query(make_agent, fake_anth
     )
     tracer = create_langfuse_context_tracer(client=langfuse, tags=["local-debug"])
     fake_anthropic.set_handler(tool_run_script())
-    agent = make_agent(name="fuse", tools=[make_calculator()], tracer=tracer)
+    agent = make_agent(
+        name="fuse", model="claude-sonnet-4-5", tools=[make_calculator()], tracer=tracer
+    )
     try:
         result = await agent.prompt("What is 2+2?")
         await tracer.flush()
@@ -148,11 +163,15 @@ async def test_langfuse_tracer_exports_one_trace_per_query(make_agent, fake_anth
         ("generation", "model turn 2"),
     ]
     generation = children[0]
-    assert attribute(generation, "langfuse.observation.model.name") == "claude-test"
+    assert attribute(generation, "langfuse.observation.model.name") == "claude-sonnet-4-5"
     assert json.loads(attribute(generation, "langfuse.observation.usage_details")) == {
         "input": 11,
         "output": 3,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 40,
     }
+    cost = json.loads(attribute(generation, "langfuse.observation.cost_details"))
+    assert cost == {"total": pytest.approx((11 * 3 + 3 * 15 + 40 * 3.75 + 100 * 0.3) / 1e6)}
     assert attribute(children[2], "langfuse.observation.level") == "ERROR"
     assert all(a and a.startswith("Basic ") for a in ingest.credentials)
 

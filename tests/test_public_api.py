@@ -29,6 +29,7 @@ MODULES = (
 # The public API, pinned: adding or removing a name is a decision made here, in review.
 PUBLIC = {
     "agent_lattice": [
+        "ANTHROPIC_PRICES",
         "DEFAULT_COMPACTION_PROMPT",
         "SUBMIT_OUTPUT_TOOL_NAME",
         "APIError",
@@ -63,10 +64,12 @@ PUBLIC = {
         "LatticePlugin",
         "MCPClient",
         "MCPConnection",
+        "MaxBudgetError",
         "MaxTurnsError",
         "MissingOutputError",
         "ModelClient",
         "ModelMessage",
+        "ModelPrice",
         "ModelRequest",
         "ModelRequestContext",
         "OptionError",
@@ -138,6 +141,7 @@ PUBLIC = {
         "list_pending_approvals",
         "load_skill",
         "mailbox_id",
+        "model_price",
         "resolve_approval",
         "set_default_runtime",
         "skill",

@@ -14,6 +14,7 @@ from .._compaction import compacted_history, cut_point, summary_request
 from .._hooks import ModelRequestContext
 from .._loop import alternating
 from .._messages import ModelMessage
+from .._pricing import request_cost
 from .._skills import skills_prompt
 from .._streaming import StreamSender
 from .._workspace import workspace_prompt
@@ -84,6 +85,7 @@ class ModelActivities(ActivitiesBase):
             message=message.to_wire(),
             stop_reason=message.stop_reason,
             usage=message.usage.model_dump() if message.usage else None,
+            cost_usd=_cost(agent, message),
             provider_response_id=message.provider_response_id,
             model=message.model,
         )
@@ -103,6 +105,7 @@ class ModelActivities(ActivitiesBase):
             message=message,
             concurrency_safe=_concurrency_safe(agent, message),
             batch_rejection=rejection,
+            cost_usd=_cost(agent, message),
         )
 
     @activity.defn(name=ActivityName.COMPACT)
@@ -138,7 +141,13 @@ class ModelActivities(ActivitiesBase):
             head=await self._transcripts.append(None, compacted),
             compacted_messages=cut,
             usage=message.usage,
+            cost_usd=_cost(agent, message),
         )
+
+
+def _cost(agent: Agent, message: ModelMessage) -> float | None:
+    config = agent.config
+    return request_cost(message.usage, message.model, config.model, config.pricing)
 
 
 def _thinking(thinking: dict[str, object] | None, max_tokens: int) -> dict[str, object] | None:

@@ -79,6 +79,7 @@ class TeamActivities(DelegationActivities):
             # a host AgentLike's usage is its own business: only agent runs are rolled up
             usage=output.result.usage if output else Usage(),
             usage_by_agent=output.result.usage_by_agent if output else {},
+            cost_by_agent=output.result.cost_by_agent if output else {},
         )
 
     @activity.defn(name=ActivityName.TEAM_ADAPTER)

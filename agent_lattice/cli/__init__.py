@@ -9,7 +9,8 @@ found, ...), 2 (usage: bad arguments, an APP, AGENT or TEAM that cannot be loade
 Temporal server could not be reached, or was lost); set ``LATTICE_DEBUG=1`` to see the
 traceback instead.
 
-Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach, runs),
+Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
+(runs, setup),
 ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_render`` (how messages look), ``_plumbing`` (consoles, exit codes,
 logging, signals).
 """
@@ -21,8 +22,9 @@ from collections.abc import Iterable
 import typer
 
 from ._approvals import approvals, approve, deny
+from ._find import runs, setup
 from ._render import Renderer
-from ._runs import attach, interrupt, run, runs
+from ._runs import attach, interrupt, run
 from ._serve import dev, server_app, worker
 from ._team import team_app
 
@@ -40,7 +42,7 @@ app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, attach):
     app.command()(command)
 app.add_typer(team_app, name="team")
-for command in (runs, approvals, approve, deny):
+for command in (runs, setup, approvals, approve, deny):
     app.command()(command)
 
 

@@ -1,4 +1,4 @@
-"""Queries and runs: ``lattice run``, ``interrupt``, ``attach`` and ``runs``."""
+"""Queries and runs: ``lattice run``, ``interrupt`` and ``attach``."""
 
 from __future__ import annotations
 
@@ -6,16 +6,10 @@ import asyncio
 import signal
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
 from rich.text import Text
-from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._agent import Agent
@@ -24,7 +18,6 @@ from .._team import Team
 from ..client._orphans import (
     RunState,
     orphan_hint,
-    owner_of,
     run_state,
     team_may_start,
     until_served,
@@ -34,7 +27,6 @@ from ..client._runtime import Runtime
 from ..worker._worker import resolve_agent
 from ._plumbing import (
     EXIT_FAILED,
-    client_target,
     errors_as_exit,
     execute,
     fail,
@@ -276,82 +268,3 @@ async def _attach(workflow_id: str, json_lines: bool) -> int:
         return 1 if result is None or result.is_error else 0
     finally:
         await runtime.close()
-
-
-def runs(
-    limit: Annotated[int, typer.Option(help="How many runs to list, newest first.")] = 20,
-) -> None:
-    """List recent agent runs (AgentWorkflow executions)."""
-    execute(lambda: _runs(limit))
-
-
-_STATUS_STYLE = {
-    WorkflowExecutionStatus.RUNNING: "yellow",
-    WorkflowExecutionStatus.COMPLETED: "green",
-    WorkflowExecutionStatus.CONTINUED_AS_NEW: "cyan",
-}
-
-
-async def _runs(limit: int) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
-    try:
-        executions = await runtime.list_runs(limit)
-        summaries = await asyncio.gather(
-            *(_summary(runtime.client, e.id, e.run_id) for e in executions)
-        )
-        # a running run that no worker serves (its process died) says so
-        running = {e.task_queue for e in executions if e.status == WorkflowExecutionStatus.RUNNING}
-        served = {q: await has_live_worker(runtime.client, q) for q in running}
-    finally:
-        await runtime.close()
-    if not executions:
-        stdout.print("no agent runs yet")
-        return 0
-    table = Table(
-        title=f"agent runs on {client_target(runtime.client)}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("workflow id", no_wrap=True, min_width=max(len(e.id) for e in executions))
-    table.add_column("status", no_wrap=True, min_width=9)
-    table.add_column("started", no_wrap=True, min_width=14)
-    table.add_column("took", justify="right", no_wrap=True, min_width=6)
-    table.add_column("summary", overflow="fold", ratio=1, min_width=12)
-    for execution, summary in zip(executions, summaries, strict=True):
-        status = execution.status.name if execution.status else "?"
-        if served.get(execution.task_queue) is False and status == "RUNNING":
-            # a shared queue's run waits for `lattice worker` (restarting, say): not orphaned
-            status = "ORPHANED" if owner_of(execution.task_queue) else "NO WORKER"
-        end = execution.close_time or datetime.now(UTC)
-        table.add_row(
-            execution.id,
-            Text(status.lower(), style=_STATUS_STYLE.get(execution.status, "red")),
-            execution.start_time.astimezone().strftime("%m-%d %H:%M:%S"),
-            _duration(end - execution.start_time),
-            summary or "",
-        )
-    # Never crop: a narrow terminal wraps the lines, a pipe gets them whole (grep-able).
-    measured = Measurement.get(stdout, stdout.options.update_width(10_000), table)
-    width = max(stdout.width, measured.minimum if stdout.is_terminal else measured.maximum)
-    Console(width=width, emoji=False, highlight=False).print(table)
-    return 0
-
-
-async def _summary(client: Client, workflow_id: str, run_id: str) -> str | None:
-    try:
-        description = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
-        return await description.static_summary()
-    except RPCError:
-        return None
-
-
-def _duration(delta: timedelta) -> str:
-    seconds = max(delta.total_seconds(), 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"

@@ -31,11 +31,13 @@ from .._messages import (
 )
 from .._option_types import QuerySignal
 from .._options import check_options
+from .._pricing import check_priced
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._mail_types import MailNotice
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ..workflows._visibility import PROMPT_MEMO, prompt_line, start_attributes
 from ._approvals import decide, find_approval
 from ._default import get_default_runtime
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
@@ -90,6 +92,7 @@ class QueryRun:
         tracer: ContextTracer | None = None,
         signal: QuerySignal | None = None,
         approval_timeout_s: float | None = None,
+        max_budget_usd: float | None = None,
     ) -> None:
         if signal is not None and not (
             callable(getattr(signal, "is_set", None)) and callable(getattr(signal, "wait", None))
@@ -100,6 +103,9 @@ class QueryRun:
             )
         self.signal = signal
         self.approval_timeout_s = approval_timeout_s
+        if max_budget_usd is not None:
+            check_priced(agent.config.model, agent.config.pricing, "QueryOptions")
+        self.max_budget_usd = max_budget_usd
         self._approvals: dict[str, str] = {}  # approval id -> its run, as the stream said
         self._watcher: asyncio.Task[None] | None = None  # aborts the run once signal is set
         if tracer is not None and not isinstance(tracer, ContextTracer):
@@ -205,7 +211,10 @@ class QueryRun:
             deadline_s=self.deadline_s,
             workspace_grants=self.workspace_grants,
             approval_timeout_s=self.approval_timeout_s,
+            max_budget_usd=self.max_budget_usd,
+            search_attributes=await runtime.search_attributes_ready(),
         )
+        memo = {PROMPT_MEMO: prompt_line(self.prompt)}
         if self.tracer is not None:
             if not runtime.inline_workers:
                 raise OptionError(
@@ -237,6 +246,7 @@ class QueryRun:
                 task_queue=runtime.task_queue_for(agent),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"team {team.name} · lead {agent.name}",
+                memo=memo,
                 result_type=AgentRunOutput,
                 start_signal=aborted,
             )
@@ -257,6 +267,10 @@ class QueryRun:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"{agent.name} · {config.model}",
                 static_details=f"session {agent.session_id}",
+                memo=memo,
+                search_attributes=start_attributes(agent.name, agent.session_id, config.model)
+                if run_input.search_attributes
+                else None,
                 result_type=AgentRunOutput,
             )
         if self._interrupt_requested:

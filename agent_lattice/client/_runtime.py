@@ -58,6 +58,7 @@ from ._orphans import (
 )
 from ._reconnect import DEFAULT_RECONNECT_S, ServerWatch, connect_client, reconnect_limit
 from ._server import DevServer
+from ._visibility import missing_attributes, register_attributes
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -131,6 +132,7 @@ class Runtime:
         self._process_tag = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._receiver = StreamReceiver(stream_host or _settings.stream_host())
         self._lock = asyncio.Lock()
+        self._indexed: bool | None = None  # the server has the Lattice search attributes
         # the server's health as this runtime sees it (connect() starts watching it)
         self.watch = ServerWatch(client.service_client.config.target_host, DEFAULT_RECONNECT_S)
 
@@ -515,13 +517,25 @@ class Runtime:
         await handle.signal("interrupt")
         return True
 
-    async def list_runs(self, limit: int = 20) -> list[Any]:
+    async def list_runs(self, limit: int = 20, query: str | None = None) -> list[Any]:
+        """The newest agent runs (``query``: a visibility query they must also match)."""
         runs = []
-        async for execution in self.client.list_workflows(
-            "WorkflowType = 'AgentWorkflow'", limit=limit
-        ):
+        where = "WorkflowType = 'AgentWorkflow'" + (f" AND ({query})" if query else "")
+        async for execution in self.client.list_workflows(where, limit=limit):
             runs.append(execution)
         return runs
+
+    async def search_attributes_ready(self) -> bool:
+        """Whether queries may set the Lattice search attributes (asked once): a server
+        lacking them would fail the runs' upserts. An embedded server started before they
+        existed gets them registered, for the processes that come next."""
+        if self._indexed is None:
+            missing = await missing_attributes(self.client)
+            if missing and self.server is not None:
+                with contextlib.suppress(RPCError):
+                    await register_attributes(self.client)
+            self._indexed = not missing
+        return self._indexed
 
 
 WORKER_SHUTDOWN_GRACE_S = 2.0

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .._errors import ConfigurationError, ServerUnreachableError
 from .._settings import lattice_home, temporal_bin
+from ..workflows._visibility import SEARCH_ATTRIBUTES
 
 __all__ = ["DevServer", "lattice_home", "temporal_binary"]
 
@@ -241,6 +242,8 @@ class DevServer:
             args += ["--dynamic-config-value", value]
         for pragma in SQLITE_PRAGMAS:
             args += ["--sqlite-pragma", pragma]
+        for name, kind in SEARCH_ATTRIBUTES.items():  # runs find and group by them
+            args += ["--search-attribute", f"{name}={kind}"]
         log = open(home / "temporal-server.log", "ab")
         proc = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True

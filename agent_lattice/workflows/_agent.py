@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
         UserMessage,
     )
+    from .._pricing import total_cost
     from .._steps import (
         BatchDone,
         BatchFailed,
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from ._landing import StoreLanding
     from ._mail_types import MailNotice
     from ._metrics import record_query_outcome
+    from ._progress import Progress
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
@@ -74,7 +76,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
+class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -94,6 +96,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             turns=carried.turns if carried else 0,
             last_input_tokens=carried.last_input_tokens if carried else input.last_input_tokens,
             recovered=carried.recovered if carried else False,
+            max_budget_usd=input.max_budget_usd
+            if input.max_budget_usd is not None
+            else agent.max_budget_usd,
         )
         self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
         self._published = carried.published if carried else 0
@@ -101,10 +106,14 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._pending_signals: list[asyncio.Task[None]] = []
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
+        self._cost_usd = carried.cost_usd if carried else 0.0
+        self._cost_unknown = carried.cost_unknown if carried else False
+        self._cost_by_agent = dict(carried.cost_by_agent) if carried else {}
         self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
         self._reports: dict[str, Report] = {}
         self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
         self._init_approvals()
+        self._init_progress()
         landing = carried.landing if carried else input.landing
         self._landing = landing.model_copy() if landing else None
 
@@ -263,6 +272,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             started_at=self._started_at,
             runs=(self._input.continuation.runs if self._input.continuation else 1) + 1,
             landing=self._landing,
+            cost_usd=self._cost_usd,
+            cost_unknown=self._cost_unknown,
+            cost_by_agent=self._cost_by_agent,
         )
         await self._stream.continue_as_new(
             lambda state: [
@@ -296,9 +308,11 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             interrupted=self._interrupted,
             aborted=self._aborted,
             continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
+            spent_usd=self._spent_usd(),
         )
 
     async def _request_step(self) -> ModelReplied | ModelFailed:
+        self._show(f"turn {self._turns} · model request")
         try:
             output = await self._request_model()
         except (ActivityError, CancelledError, asyncio.CancelledError) as err:
@@ -306,6 +320,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
                 gave_up(err, self._input.settings.model_give_up_s) or error_info(err)
             )
         self._reply = output
+        self._add_cost(output.cost_usd)  # paid for, even if the reply is dropped later
         return ModelReplied(output.message, output.batch_rejection)
 
     def _take_reply(self) -> ModelCallOutput | None:
@@ -328,6 +343,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
     async def _compact_step(self) -> Compacted:
         if self._reply is not None:  # the reply overflowed: compact the transcript as sent
             self._head, self._unsent = self._reply.request_head, []
+        self._show(f"turn {self._turns} · compacting the conversation")
         ok = await self._compact()
         if ok:
             self._reply = None  # the overflowed turn is taken again
@@ -337,6 +353,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         output = self._take_reply()
         assert output is not None
         reply, input = output.message, self._input
+        names = dict.fromkeys(u.name for u in reply.tool_uses)  # each once, in order
+        self._show(f"turn {self._turns} · running {', '.join(names)}", index=True)
         stored = await self._land(reply, head=output.head)
         self._made_here: set[str] = set()
         try:
@@ -358,6 +376,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         blocks: list[ContentBlock] = [o.block for o in outcomes]
         handed = [u.id for u in reply.tool_uses if u.id in self._handoffs]
         if handed:  # the lead waits for every handoff of the batch to report
+            self._show(f"turn {self._turns} · waiting for {len(handed)} team report(s)")
             blocks.append(await self._collect_reports(handed))
         if self._mail_waiting and not self._aborted:
             mail = await self._lead_mail()
@@ -415,6 +434,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
         self._compacted = True
         if out.usage is not None:
             self._usage = self._usage + out.usage
+            self._add_cost(out.cost_usd)
         self._publish(
             SystemMessage(
                 subtype="compaction",
@@ -515,12 +535,16 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
                                 "num_turns": self._turns,
                                 "stop_reason": self._stop_reason,
                                 "usage": self._usage.model_dump(),
+                                "total_cost_usd": total_cost(self._cost_shares()),
                             },
                         )
                     ]
                 )
             except (ActivityError, ApplicationError) as err:
                 subtype, error = "error_during_execution", error_info(err)
+        costs = self._cost_shares()
+        turns = f"{self._turns} turn{'' if self._turns == 1 else 's'}"
+        self._show(f"{subtype} after {turns}", index=True, outcome=subtype)
         message = ResultMessage(
             subtype=subtype,
             result=result if error is None else error.message,
@@ -535,6 +559,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding):
             duration_ms=int((workflow.now() - self._started_at).total_seconds() * 1000),
             error=error,
             usage_by_agent=self._usage_shares(),
+            total_cost_usd=total_cost(costs),
+            cost_by_agent=costs,
         )
         self._publish(message)
         agent = self._input.agent

@@ -45,6 +45,7 @@ class Approvals:
     _aborted: bool
     _pending_signals: list[asyncio.Task[None]]
     _publish: Callable[[object], None]
+    _show_details: Callable[[], None]  # from Progress: progress, then the waiting calls
 
     def _init_approvals(self) -> None:
         self._waiting: dict[str, PendingApproval] = {}
@@ -181,9 +182,13 @@ class Approvals:
         workflow.upsert_memo(
             {APPROVAL_MEMO: [r.model_dump(mode="json") for r in waiting] if waiting else None}
         )
-        workflow.set_current_details(
-            "\n".join(f"waiting for approval: {r.tool_name} ({r.approval_id})" for r in waiting)
-        )
+        self._show_details()
+
+    def _waiting_lines(self) -> list[str]:
+        """The current details' lines for the calls waiting for a decision."""
+        return [
+            f"waiting for approval: {r.tool_name} ({r.approval_id})" for r in self._waiting.values()
+        ]
 
     def _announce(self, request: PendingApproval) -> None:
         """On this run's stream, and to the parent run (the top-level query shows it)."""

@@ -9,23 +9,25 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from ._types import (
-        ActivitySettings,
         AgentRunInput,
         AgentRunOutput,
         ChildQuery,
         TeamChild,
         TeamRunInput,
     )
+    from ._visibility import PROMPT_MEMO, prompt_line, start_attributes
 
 __all__ = ["signal_quietly", "start_child", "start_query"]
 
 
 async def start_child(
-    child: ChildQuery, settings: ActivitySettings, *, summary: str
+    child: ChildQuery, parent: AgentRunInput, *, summary: str
 ) -> workflow.ChildWorkflowHandle[Any, AgentRunOutput]:
     """A delegated query (or handed-off work) as a child workflow, with its parent's
-    activity settings."""
-    query = child.child.model_copy(update={"settings": settings})
+    activity settings (and search attributes when the parent has them)."""
+    query = child.child.model_copy(
+        update={"settings": parent.settings, "search_attributes": parent.search_attributes}
+    )
     team = child.team if isinstance(child, TeamChild) else None
     return await start_query(
         query, team, id=child.workflow_id, task_queue=child.task_queue, summary=summary
@@ -42,11 +44,19 @@ async def start_query(
 ) -> workflow.ChildWorkflowHandle[Any, AgentRunOutput]:
     """A query as a child workflow: the agent's ``AgentWorkflow``, or, when the agent leads a
     team, that team's ``TeamWorkflow`` with ``query`` as its lead's. Closing the parent asks
-    the child to cancel."""
+    the child to cancel. The memo holds the prompt's first line; an agent's run is known by
+    its search attributes from the start (see ``_visibility``)."""
     kind: str = "AgentWorkflow"
     arg: AgentRunInput | TeamRunInput = query
+    agent = query.agent
+    attributes = (
+        start_attributes(agent.name, query.session_id, agent.model)
+        if query.search_attributes
+        else None
+    )
     if team is not None:
         kind, arg = "TeamWorkflow", team.model_copy(update={"lead": query})
+        attributes = None  # the lead's own run carries them
     return await workflow.start_child_workflow(
         kind,
         arg,
@@ -55,6 +65,8 @@ async def start_query(
         result_type=AgentRunOutput,
         parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
         static_summary=summary,
+        memo={PROMPT_MEMO: prompt_line(query.prompt)},
+        search_attributes=attributes,
     )
 
 

@@ -48,6 +48,9 @@ class Delegating:
     _pending_signals: list[asyncio.Task[None]]
     _usage: Usage
     _usage_by_agent: dict[str, Usage]
+    _cost_usd: float  # this agent's own requests with a known price
+    _cost_unknown: bool  # one of its own requests had none
+    _cost_by_agent: dict[str, float | None]  # the finished children's shares
     _handoffs: set[str]
     _reports: dict[str, Report]
     _mail_waiting: bool
@@ -80,7 +83,7 @@ class Delegating:
             try:
                 handle = await start_child(
                     prepared,  # the member is a team: its TeamWorkflow runs the query
-                    input.settings,
+                    input,
                     summary=f"{prepared.child.agent.name} · delegated by {input.agent.name}",
                 )
                 self._children[use.id] = handle
@@ -146,7 +149,11 @@ class Delegating:
         for r in reports:
             self._add_child_usage(
                 ResultMessage(
-                    subtype="success", session_id="", usage=r.usage, usage_by_agent=r.usage_by_agent
+                    subtype="success",
+                    session_id="",
+                    usage=r.usage,
+                    usage_by_agent=r.usage_by_agent,
+                    cost_by_agent=r.cost_by_agent,
                 )
             )
         parts = [
@@ -196,6 +203,28 @@ class Delegating:
         shares = result.usage_by_agent or {"agent": result.usage}
         for name, usage in shares.items():
             self._usage_by_agent[name] = self._usage_by_agent.get(name, Usage()) + usage
+            # a share without a cost (a run from before costs) is unknown unless it used nothing
+            cost = result.cost_by_agent.get(name, 0.0 if usage == Usage() else None)
+            self._cost_by_agent[name] = _plus(self._cost_by_agent.get(name, 0.0), cost)
+
+    def _add_cost(self, cost: float | None) -> None:
+        """One of this agent's own model requests (None: its model has no known price)."""
+        if cost is None:
+            self._cost_unknown = True
+        else:
+            self._cost_usd += cost
+
+    def _spent_usd(self) -> float:
+        """What the query spent that has a price: what its budget is measured against."""
+        return self._cost_usd + sum(c for c in self._cost_by_agent.values() if c is not None)
+
+    def _cost_shares(self) -> dict[str, float | None]:
+        """Each agent's cost, beside ``_usage_shares``: the children's, this agent's own."""
+        shares = dict(self._cost_by_agent)
+        name = self._input.agent.name
+        own = None if self._cost_unknown else self._cost_usd
+        shares[name] = _plus(shares.get(name, 0.0), own)
+        return shares
 
     def _usage_shares(self) -> dict[str, Usage]:
         """Each agent's own usage: the children's as they reported it, this agent's the rest."""
@@ -214,3 +243,7 @@ class Delegating:
         )
         shares[name] = shares.get(name, Usage()) + own
         return shares
+
+
+def _plus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b

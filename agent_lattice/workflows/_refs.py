@@ -46,6 +46,7 @@ def agent_ref(agent: Agent) -> AgentRef:
         idempotent_tools=[t.name for t in config.tools if t.idempotent],
         tool_timeouts={t.name: t.timeout_s for t in config.tools if t.timeout_s is not None},
         approval_timeout_s=config.approval_timeout_s,
+        max_budget_usd=config.max_budget_usd,
     )
 
 

@@ -273,7 +273,7 @@ class TeamWorkflow:
                 assert work is not None
                 handle = await start_child(
                     work,  # a nested team: its TeamWorkflow
-                    self._input.lead.settings,
+                    self._input.lead,
                     summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
                 )
                 self._running[handoff.work_item_id] = handle

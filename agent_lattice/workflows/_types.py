@@ -109,6 +109,7 @@ class AgentRef(BaseModel):
     tool_timeouts: dict[str, float] = Field(default_factory=dict)
     # the agent's default limit on how long an approval request waits (None: none)
     approval_timeout_s: float | None = None
+    max_budget_usd: float | None = None  # the agent's default budget (US dollars)
 
 
 class ActivitySettings(BaseModel):
@@ -183,6 +184,11 @@ class Continuation(BaseModel):
     runs: int = 1
     stream: WorkflowStreamState | None = None
     landing: Landing | None = None
+    # what the query's own requests cost so far (those with a price), whether any had none,
+    # and its finished children's shares
+    cost_usd: float = 0.0
+    cost_unknown: bool = False
+    cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
 
 
 class TraceParent(BaseModel):
@@ -229,6 +235,9 @@ class AgentRunInput(BaseModel):
     team_runtime_id: str | None = None
     # a delegated run whose agent has a history store: its messages are written as they land
     landing: Landing | None = None
+    max_budget_usd: float | None = None  # this query's budget (None: the agent's)
+    # the server has the Lattice search attributes: the run upserts them (see _visibility)
+    search_attributes: bool = False
 
 
 class AgentRunOutput(BaseModel):
@@ -274,6 +283,7 @@ class ModelCallOutput(BaseModel):
     concurrency_safe: list[str] = Field(default_factory=list)
     # set when the host's batch policy rejected the batch: no call may run
     batch_rejection: BatchDecision | None = None
+    cost_usd: float | None = None  # what the request cost (None: its model's price unknown)
 
 
 class ToolCallInput(BaseModel):
@@ -341,6 +351,7 @@ class CompactOutput(BaseModel):
     head: str | None = None
     compacted_messages: int = 0
     usage: Usage | None = None
+    cost_usd: float | None = None
 
 
 class DelegateCallInput(ToolCallInput):
@@ -471,6 +482,7 @@ class Report(BaseModel):
     content: str
     usage: Usage = Field(default_factory=Usage)
     usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
+    cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
 
 
 class MailboxMirrorInput(BaseModel):
