@@ -17,10 +17,13 @@ logging, signals).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib.metadata import version as _version
+from typing import Annotated
 
 import typer
 
 from ._approvals import approvals, approve, deny
+from ._plumbing import HELP_OPTIONS
 from ._render import Renderer
 from ._runs import attach, interrupt, run, runs
 from ._serve import dev, server_app, worker
@@ -34,7 +37,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
+    epilog="Exit codes: 0 success · 1 the command failed (a query's error result, a run not "
+    "found) · 2 usage (bad arguments, an APP, AGENT or TEAM that cannot be loaded) · 3 the "
+    "Temporal server could not be reached or was lost · 130 after Ctrl-C.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lattice (agent-lattice) {_version('agent-lattice')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Durable LLM agents on Temporal: dev server, workers, queries and runs."""
+
+
 # The order of registration is the order of `lattice --help`.
 app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, attach):
