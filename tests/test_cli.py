@@ -441,6 +441,39 @@ def test_worker_process_serves_runs_started_elsewhere(
     assert "workers stopped" in worker.err
 
 
+def test_attach_from_a_third_process_shows_the_live_tokens(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    story = "Once upon a time a workflow streamed its story to everyone who attached."
+    fake_anthropic.set_handler(lambda request: slow(text(story), delay=0.1))
+    procs.append(worker := Cli.run("worker", str(APP), env=env))  # runs the model request
+    worker.wait_for("ready")
+    procs.append(run := Cli.run("run", TARGET, "Tell a story", "--no-worker", env=env))
+    workflow_id = run.wait_for(r"workflow (\S+)")[1]
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert attach.finish() == 0, attach
+    messages = json_lines(attach.out)
+    assert squeeze([m["type"] for m in messages]) == [
+        "system",
+        "stream_event",
+        "assistant",
+        "result",
+    ]
+    streamed = "".join(
+        m["event"]["delta"]["text"]
+        for m in messages
+        if m["type"] == "stream_event" and m["event"].get("delta", {}).get("type") == "text_delta"
+    )
+    assert streamed == story  # every token, once, from the worker's feed
+    assert run.finish() == 0, run
+    assert story in run.out
+    procs.append(plain := Cli.run("attach", workflow_id, "--json", "--no-stream", env=env))
+    assert plain.finish() == 0, plain
+    assert [m["type"] for m in json_lines(plain.out)] == ["system", "assistant", "result"]
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
+
+
 def test_interrupt_command_and_ctrl_c_end_a_hanging_run(
     env: dict[str, str], procs: list[Cli]
 ) -> None:

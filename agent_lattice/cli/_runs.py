@@ -270,12 +270,19 @@ def attach(
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
     ] = False,
+    no_stream: Annotated[
+        bool, typer.Option("--no-stream", help="Durable messages only, no live tokens.")
+    ] = False,
 ) -> None:
-    """Print the messages of a run from its start, following it until its result."""
-    execute(lambda: _attach(workflow_id, json_lines), spinner=not json_lines)
+    """Print the messages of a run from its start, following it until its result.
+
+    While the run goes on, its live tokens show too (read from the worker that runs the
+    model request: it must be reachable at the address its identity names).
+    """
+    execute(lambda: _attach(workflow_id, json_lines, not no_stream), spinner=not json_lines)
 
 
-async def _attach(workflow_id: str, json_lines: bool) -> int:
+async def _attach(workflow_id: str, json_lines: bool, live: bool) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
         # a team lead's query may be about to start: durable_messages waits for it then
@@ -290,7 +297,8 @@ async def _attach(workflow_id: str, json_lines: bool) -> int:
         screen = _Screen(Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines))
         result: ResultMessage | None = None
         # A run in progress is followed live; a closed one is rebuilt from its history.
-        async for message in runtime.durable_messages(workflow_id):
+        messages = runtime.attach(workflow_id) if live else runtime.durable_messages(workflow_id)
+        async for message in messages:
             screen.show(message)
             if isinstance(message, ResultMessage):
                 result = message
