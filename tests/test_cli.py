@@ -677,6 +677,9 @@ def test_team_commands_send_drain_status_inbox(
         )
     procs.append(bad := Cli.run("team", "status", "tests/cli_app.py:agent", env=env))
     assert bad.finish() == 2 and "is not a team" in bad.err
+    procs.append(nobody := Cli.run("team", "inbox", team, "nobody", env=env))
+    assert nobody.finish() == 2, nobody  # a usage error, not an empty mailbox
+    assert nobody.err == "error: team 'crew' has no member 'nobody'; its mailboxes: lead, helper"
 
 
 def test_run_a_team_from_the_shell(

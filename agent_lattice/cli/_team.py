@@ -37,6 +37,20 @@ def _resolve_team(target: str) -> Any:
     return team
 
 
+def _member_mailbox(team: Any, member: str) -> str:
+    """The mailbox of ``member`` (a member name, ``lead``, or a mailbox id of the team); a
+    name the team does not have is a usage error, said before anything is read or sent."""
+    names = ["lead", *(m.name for m in team.members)]
+    boxes = {team.mailbox_id(name): name for name in names}
+    if member in names:
+        return team.mailbox_id(member)
+    if member in boxes:
+        return member
+    raise LatticeError(
+        f"team {team.name!r} has no member {member!r}; its mailboxes: {', '.join(names)}"
+    )
+
+
 @team_app.command("send")
 def team_send(
     target: TeamTarget,
@@ -45,9 +59,10 @@ def team_send(
     sender: Annotated[str, typer.Option("--from", help="Sender mailbox or member.")] = "user",
     subject: Annotated[str | None, typer.Option(help="A subject line.")] = None,
 ) -> None:
-    """Put a message in a member's mailbox."""
+    """Put a message in a member's mailbox (exit code 2 for a member the team lacks)."""
     with errors_as_exit():
         team = _resolve_team(target)
+        _member_mailbox(team, to)
 
     async def main() -> int:
         # connected, so that a query of the team running elsewhere is told of the mail
@@ -135,14 +150,16 @@ def team_inbox(
     status: Annotated[str | None, typer.Option(help="Only messages in this status.")] = None,
     json_out: Json = False,
 ) -> None:
-    """The messages of one member's mailbox (--json: one message object per line)."""
+    """The messages of one member's mailbox (--json: one message object per line; exit code
+    2 for a member the team lacks)."""
     with errors_as_exit():
         team = _resolve_team(target)
+        mailbox = _member_mailbox(team, member)
         if status is not None and status not in STATUSES:
             raise LatticeError(f"--status must be one of {', '.join(STATUSES)}; got {status!r}")
 
     async def main() -> int:
-        for m in await team.mailbox.inbox(team.mailbox_id(member), status=status):
+        for m in await team.mailbox.inbox(mailbox, status=status):
             if json_out:
                 print_json(m.model_dump(mode="json"))
                 continue
