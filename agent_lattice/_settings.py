@@ -58,8 +58,14 @@ def transcript_dsn() -> str | None:
 
 
 def stream_host() -> str:
-    """``LATTICE_STREAM_HOST`` (default 127.0.0.1): where live token events are received."""
+    """``LATTICE_STREAM_HOST`` (default 127.0.0.1): where live token events are received
+    (by a query's caller) and served (by a worker, to attached readers)."""
     return os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
+
+
+def live_feeds() -> bool:
+    """``LATTICE_LIVE_FEEDS`` (default on): workers serve live tokens to attached readers."""
+    return os.environ.get("LATTICE_LIVE_FEEDS", "1") not in ("0", "false", "no")
 
 
 def inline_workers() -> bool:

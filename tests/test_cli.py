@@ -15,13 +15,16 @@ import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +244,8 @@ def squeeze(kinds: list[str]) -> list[str]:
     return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
 
 
+STATUSES = ("pending", "processing", "done", "failed", "cancelled")
+
 # ---------------------------------------------------------------------------- arguments
 
 
@@ -255,6 +260,25 @@ def test_help_lists_every_command() -> None:
     result = runner.invoke(app, ["run", "--help"])
     assert result.exit_code == 0
     assert "--no-worker" in result.output and "--json" in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["run"], ["attach"], ["team"], ["team", "drain"], ["server"], ["server", "status"]],
+)
+def test_dash_h_is_help_everywhere(command: list[str]) -> None:
+    result = runner.invoke(app, [*command, "-h"])
+    assert result.exit_code == 0, result.output
+    assert "Usage: lattice" in result.output and "--help" in result.output
+
+
+def test_version_and_exit_codes_in_help() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"lattice (agent-lattice) {version('agent-lattice')}\n"
+    help_text = " ".join(runner.invoke(app, ["-h"]).output.split())
+    for code in ("0 success", "1 the command failed", "2 usage", "3 the Temporal server"):
+        assert code in help_text, help_text
 
 
 def test_missing_arguments_are_usage_errors() -> None:
@@ -324,6 +348,7 @@ def test_run_prints_a_human_transcript_then_runs_and_attach_find_it(
     procs.append(run := Cli.run("run", TARGET, "What is 2+2?", env=env))
     assert run.finish() == 0, run
     assert "serving clitest in this process" in run.err  # nobody else polls this queue
+    assert "waiting for" not in run.err  # no spinner: stderr is not a terminal
     header = run.stdout[0]
     assert header.startswith(
         "● clitest · claude-test · tools calculator, Read, Write, Edit, LS, Glob, Grep, Bash"
@@ -349,6 +374,49 @@ def test_run_prints_a_human_transcript_then_runs_and_attach_find_it(
     assert messages[-1]["result"] == "The sum is 4."
 
 
+def test_a_spinner_on_a_terminal_says_what_the_run_waits_for(
+    env: dict[str, str], fake_anthropic: FakeAnthropicServer, tmp_path: Path
+) -> None:
+    # each reply's events come slowly: the run waits for the model, then for the tool
+    fake_anthropic.set_handler(lambda request: slow(model(request), delay=0.3))
+    leader, follower = pty.openpty()  # stderr is a terminal, stdout a file
+    out_path = tmp_path / "spinner.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_lattice.cli", "run", TARGET, "What is 2+2?"],
+            env={**env, "TERM": "xterm", "PYTHONUNBUFFERED": "1"},
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=follower,
+        )
+    os.close(follower)
+    screen = b""
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], TIMEOUT)
+            if not ready:
+                raise AssertionError(f"no output for {TIMEOUT}s: {screen!r}")
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the process closed its end
+                break
+            if not chunk:
+                break
+            screen += chunk
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        os.close(leader)
+        if proc.poll() is None:
+            proc.kill()
+    terminal = screen.decode(errors="replace")
+    assert "waiting for claude-test…" in terminal, terminal
+    assert "running calculator…" in terminal, terminal
+    stdout = out_path.read_text()
+    assert "waiting for" not in stdout and "\x1b" not in stdout  # stdout: the transcript only
+    assert stdout.splitlines()[1:4] == ['→ calculator {"expr":"2+2"}', "← 4", "The sum is 4."]
+
+
 def test_worker_process_serves_runs_started_elsewhere(
     env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
 ) -> None:
@@ -371,6 +439,39 @@ def test_worker_process_serves_runs_started_elsewhere(
     worker.signal(signal.SIGTERM)
     assert worker.finish() == 0, worker
     assert "workers stopped" in worker.err
+
+
+def test_attach_from_a_third_process_shows_the_live_tokens(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    story = "Once upon a time a workflow streamed its story to everyone who attached."
+    fake_anthropic.set_handler(lambda request: slow(text(story), delay=0.1))
+    procs.append(worker := Cli.run("worker", str(APP), env=env))  # runs the model request
+    worker.wait_for("ready")
+    procs.append(run := Cli.run("run", TARGET, "Tell a story", "--no-worker", env=env))
+    workflow_id = run.wait_for(r"workflow (\S+)")[1]
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert attach.finish() == 0, attach
+    messages = json_lines(attach.out)
+    assert squeeze([m["type"] for m in messages]) == [
+        "system",
+        "stream_event",
+        "assistant",
+        "result",
+    ]
+    streamed = "".join(
+        m["event"]["delta"]["text"]
+        for m in messages
+        if m["type"] == "stream_event" and m["event"].get("delta", {}).get("type") == "text_delta"
+    )
+    assert streamed == story  # every token, once, from the worker's feed
+    assert run.finish() == 0, run
+    assert story in run.out
+    procs.append(plain := Cli.run("attach", workflow_id, "--json", "--no-stream", env=env))
+    assert plain.finish() == 0, plain
+    assert [m["type"] for m in json_lines(plain.out)] == ["system", "assistant", "result"]
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
 
 
 def test_interrupt_command_and_ctrl_c_end_a_hanging_run(
@@ -458,6 +559,23 @@ def test_quickstart_example_runs_without_an_api_key(env: dict[str, str], procs: 
     assert messages[-1]["result"] == "The calculator says (3 + 4) * 6 = 42."
 
 
+def test_the_example_app_runs_its_agent_and_its_team(env: dict[str, str], procs: list[Cli]) -> None:
+    env = {k: v for k, v in env.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+    app_file = "examples/app.py"
+    procs.append(agent := Cli.run("run", f"{app_file}:assistant", "What is 6 * 7?", env=env))
+    procs.append(team := Cli.run("run", f"{app_file}:team", "Plan the launch", env=env))
+    assert agent.finish() == 0, agent
+    assert agent.stdout[1:4] == ['→ calculator {"a":6,"op":"*","b":7}', "← 42", "Done: 42."]
+    assert team.finish() == 0, team
+    out = "\n".join(team.stdout)
+    assert "✉ sent launch::lead → launch::writer: Draft the announcement." in out, team
+    assert "launch::writer: Announcement drafted" in out
+    assert "Launch plan: the writer drafts, we ship on Monday." in out
+    procs.append(status := Cli.run("team", "status", f"{app_file}:team", "--json", env=env))
+    assert status.finish() == 0, status
+    assert [row["mailbox"] for row in json_lines(status.out)] == ["launch::lead", "launch::writer"]
+
+
 # ---------------------------------------------------------------------------- dev server
 
 
@@ -476,10 +594,21 @@ def test_dev_ensures_a_server_that_server_commands_report_and_stop(
         # The synchronous server commands run in-process.
         status = runner.invoke(app, ["server", "status"], env={"LATTICE_HOME": str(home)})
         assert status.exit_code == 0 and server.address in status.output
+        status = runner.invoke(app, ["server", "status", "--json"], env={"LATTICE_HOME": str(home)})
+        assert status.exit_code == 0 and json.loads(status.stdout) == {
+            "running": True,
+            "home": str(home),
+            "pid": server.pid,
+            "address": server.address,
+            "ui_url": None,  # --headless
+        }
         stop = runner.invoke(app, ["server", "stop"], env={"LATTICE_HOME": str(home)})
         assert stop.exit_code == 0 and "stopped" in stop.output
         status = runner.invoke(app, ["server", "status"], env={"LATTICE_HOME": str(home)})
         assert status.exit_code == 1 and "no embedded Temporal server" in status.output
+        status = runner.invoke(app, ["server", "status", "--json"], env={"LATTICE_HOME": str(home)})
+        assert status.exit_code == 1
+        assert json.loads(status.stdout) == {"running": False, "home": str(home)}
     finally:
         if (left := DevServer.running(home)) is not None:
             left.stop()
@@ -511,20 +640,46 @@ def test_team_commands_send_drain_status_inbox(
     )
     assert send.finish() == 0, send
     assert re.match(r"sent msg_\w+ to crew::helper", send.stdout[0])
-    procs.append(drain := Cli.run("team", "drain", team, env=env))
-    assert drain.finish() == 0, drain
-    assert re.match(r"handled msg_\w+ in crew::helper: set things up", drain.stdout[0])
-    assert "1 message(s) in" in drain.stdout[-1]
-    procs.append(status := Cli.run("team", "status", team, env=env))
-    assert status.finish() == 0, status
-    rows = {line.split()[0]: line.split()[1:] for line in status.stdout if "crew::" in line}
-    assert rows["crew::helper"] == ["0", "0", "1", "0", "0"]
-    assert rows["crew::lead"] == ["1", "0", "0", "0", "0"]  # the reply waits in the lead's box
-    procs.append(inbox := Cli.run("team", "inbox", team, "lead", env=env))
-    assert inbox.finish() == 0, inbox
-    assert "reply" in inbox.stdout[0] and "from crew::helper: all set" in inbox.stdout[0]
+    if backend == "sqlite":  # as a person reads them
+        procs.append(drain := Cli.run("team", "drain", team, env=env))
+        assert drain.finish() == 0, drain
+        assert re.match(r"handled msg_\w+ in crew::helper: set things up", drain.stdout[0])
+        assert "1 message(s) in" in drain.stdout[-1]
+        procs.append(status := Cli.run("team", "status", team, env=env))
+        assert status.finish() == 0, status
+        rows = {line.split()[0]: line.split()[1:] for line in status.stdout if "crew::" in line}
+        assert rows["crew::helper"] == ["0", "0", "1", "0", "0"]
+        assert rows["crew::lead"] == ["1", "0", "0", "0", "0"]  # the reply waits in the lead's box
+        procs.append(inbox := Cli.run("team", "inbox", team, "lead", env=env))
+        assert inbox.finish() == 0, inbox
+        assert "reply" in inbox.stdout[0] and "from crew::helper: all set" in inbox.stdout[0]
+    else:  # as a script reads them: --json, stdout nothing but JSON
+        procs.append(drain := Cli.run("team", "drain", team, "--json", env=env))
+        assert drain.finish() == 0, drain
+        (drained,) = json_lines(drain.out)
+        assert drained["failed"] == [] and drained["rounds"] >= 1
+        assert [(m["to_mailbox"], m["body"]) for m in drained["processed"]] == [
+            ("crew::helper", "set things up")
+        ]
+        procs.append(status := Cli.run("team", "status", team, "--json", env=env))
+        assert status.finish() == 0, status
+        assert json_lines(status.out) == [
+            {"mailbox": "crew::lead", **dict.fromkeys(STATUSES, 0), "pending": 1},
+            {"mailbox": "crew::helper", **dict.fromkeys(STATUSES, 0), "done": 1},
+        ]
+        procs.append(inbox := Cli.run("team", "inbox", team, "lead", "--json", env=env))
+        assert inbox.finish() == 0, inbox
+        (reply,) = json_lines(inbox.out)
+        assert (reply["kind"], reply["from_mailbox"], reply["body"]) == (
+            "reply",
+            "crew::helper",
+            "all set",
+        )
     procs.append(bad := Cli.run("team", "status", "tests/cli_app.py:agent", env=env))
     assert bad.finish() == 2 and "is not a team" in bad.err
+    procs.append(nobody := Cli.run("team", "inbox", team, "nobody", env=env))
+    assert nobody.finish() == 2, nobody  # a usage error, not an empty mailbox
+    assert nobody.err == "error: team 'crew' has no member 'nobody'; its mailboxes: lead, helper"
 
 
 def test_run_a_team_from_the_shell(
@@ -570,7 +725,8 @@ def test_an_unreachable_server_is_exit_code_3_and_one_line_naming_it(
                 f"agent-lattice: Temporal server at {address} unreachable, retrying… "
                 "(for up to 2 s, LATTICE_RECONNECT_S)"
             )
-            assert error.startswith(
+            # what failed, in words: not Core's nested transport error
+            assert error == (
                 f"error: could not reach the Temporal server at {address} within 2 s "
-                "(LATTICE_RECONNECT_S)"
+                "(LATTICE_RECONNECT_S): connection refused"
             ), command

@@ -93,6 +93,7 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         ": allowed",
         "result: Done: paid 120 EUR for INV-7.",
     ),
+    "app.py": ("assistant: Done: 42.", "team: Launch plan: the writer drafts, we ship on Monday."),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
 }
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -12,6 +14,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
 from .._compaction import compacted_history, cut_point, summary_request
 from .._hooks import ModelRequestContext
+from .._live_feeds import live_feeds, live_key
 from .._loop import alternating
 from .._messages import ModelMessage
 from .._pricing import request_cost
@@ -26,6 +29,8 @@ from ._telemetry import model_span
 
 if TYPE_CHECKING:
     from .._agent import Agent
+
+OnEvent = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class ModelActivities(ActivitiesBase):
@@ -63,21 +68,10 @@ class ModelActivities(ActivitiesBase):
             output_format=_output_format(input.request.output_format),
             timeout_ms=input.request.timeout_ms,
         )
-        attempt = activity.info().attempt
         span = model_span(agent.name, input.session_id, request, input.turn)
-        async with heartbeating(), quiet_when_abandoned():
+        async with heartbeating(), quiet_when_abandoned(), _live_events(input) as on_event:
             with span as reply:
-                if input.stream and input.stream_to and input.stream_channel:
-                    async with StreamSender(
-                        input.stream_to,
-                        input.stream_channel,
-                        turn=input.turn,
-                        attempt=attempt,
-                        after=input.after,
-                    ) as sender:
-                        message = await _call_model(agent, request, sender.send, input)
-                else:
-                    message = await _call_model(agent, request, None, input)
+                message = await _call_model(agent, request, on_event, input)
                 reply.reply(message)
         await tracer.emit(
             "assistant_message",
@@ -148,6 +142,45 @@ class ModelActivities(ActivitiesBase):
 def _cost(agent: Agent, message: ModelMessage) -> float | None:
     config = agent.config
     return request_cost(message.usage, message.model, config.model, config.pricing)
+
+
+@contextlib.asynccontextmanager
+async def _live_events(input: ModelCallInput) -> AsyncIterator[OnEvent | None]:
+    """Where a streamed request's events go: to the query's caller over the side channel,
+    and to this process's live feed for whoever attaches to the run (``_live_feeds``)."""
+    feeds = live_feeds()
+    info = activity.info()
+    if not input.stream:
+        yield None
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        sender = None
+        if input.stream_to and input.stream_channel:
+            sender = await stack.enter_async_context(
+                StreamSender(
+                    input.stream_to,
+                    input.stream_channel,
+                    turn=input.turn,
+                    attempt=info.attempt,
+                    after=input.after,
+                )
+            )
+        feed = None
+        if feeds is not None and feeds.serving and info.workflow_run_id:
+            key = live_key(info.workflow_run_id, info.activity_id)
+            feed = stack.enter_context(
+                feeds.feed(key, turn=input.turn, attempt=info.attempt, after=input.after)
+            )
+        if feed is None:
+            yield sender.send if sender is not None else None
+            return
+
+        async def send(event: dict[str, Any]) -> None:
+            feed.publish(event)
+            if sender is not None:
+                await sender.send(event)
+
+        yield send
 
 
 def _thinking(thinking: dict[str, object] | None, max_tokens: int) -> dict[str, object] | None:

@@ -17,12 +17,18 @@ logging, signals).
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from collections.abc import Iterable
+from importlib.metadata import version as _version
+from typing import Annotated
 
 import typer
 
 from ._approvals import approvals, approve, deny
 from ._find import runs, setup
+from ._plumbing import HELP_OPTIONS
 from ._render import Renderer
 from ._runs import attach, interrupt, run
 from ._serve import dev, server_app, worker
@@ -36,7 +42,31 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
+    epilog="Exit codes: 0 success · 1 the command failed (a query's error result, a run not "
+    "found) · 2 usage (bad arguments, an APP, AGENT or TEAM that cannot be loaded) · 3 the "
+    "Temporal server could not be reached or was lost · 130 after Ctrl-C.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"lattice (agent-lattice) {_version('agent-lattice')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Durable LLM agents on Temporal: dev server, workers, queries and runs."""
+
+
 # The order of registration is the order of `lattice --help`.
 app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, attach):
@@ -47,5 +77,18 @@ for command in (runs, setup, approvals, approve, deny):
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-    """Entry point of the ``lattice`` script."""
-    app(args=list(argv) if argv is not None else None, prog_name="lattice")
+    """Entry point of the ``lattice`` script. It leaves the process with ``os._exit`` once
+    the command is done: an interpreter finalizing while Temporal Core's threads still run
+    can abort (exit 134/139) after the command printed its output (the GIL is gone when a
+    Core thread wants it back), which would turn a success into a failure for the caller."""
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="lattice")
+        code = 0
+    except SystemExit as exit:
+        if isinstance(exit.code, str):
+            print(exit.code, file=sys.stderr)
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -19,11 +20,22 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
-from ..client._reconnect import unreachable
+from ..client._reconnect import transport_reason, unreachable
 from ..client._server import DevServer
+from ._status import Waiting
+
+# `-h` as well as `--help`, on every command (sub-apps set it too: typer does not pass it on)
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 stdout = Console(soft_wrap=True, emoji=False, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
+waiting = Waiting(stderr)  # the spinner while a command waits (a terminal's stderr only)
+
+
+def print_json(value: object) -> None:
+    """One JSON document on one stdout line, as it is (no markup, no wrapping)."""
+    stdout.file.write(json.dumps(value, ensure_ascii=False) + "\n")
+    stdout.file.flush()
 
 
 def fail(message: str) -> None:
@@ -32,7 +44,7 @@ def fail(message: str) -> None:
 
 def _describe_error(err: BaseException) -> str:
     if unreachable(err):
-        return f"the Temporal server at {_server_address()} is unreachable: {err}"
+        return f"the Temporal server at {_server_address()} is unreachable: {transport_reason(err)}"
     if isinstance(err, RPCError):
         if err.status == RPCStatusCode.NOT_FOUND:
             return f"not found: {err.message}"
@@ -74,12 +86,17 @@ def errors_as_exit(code: int = EXIT_USAGE) -> Iterator[None]:
         raise typer.Exit(EXIT_NO_SERVER if lost else code) from None
 
 
-def execute(main: Callable[[], Coroutine[Any, Any, int]]) -> None:
+def execute(main: Callable[[], Coroutine[Any, Any, int]], *, spinner: bool = True) -> None:
     """Run a command's coroutine with ``asyncio.run``; its return value is the exit code.
-    Its errors are failures of the command, not usage errors."""
-    with errors_as_exit(EXIT_FAILED):
-        _configure_logging()
-        code = asyncio.run(main())
+    Its errors are failures of the command, not usage errors. ``spinner``: the command may
+    show one while it waits (never with ``--json``), and a server outage does."""
+    waiting.enable(spinner)
+    try:
+        with errors_as_exit(EXIT_FAILED):
+            _configure_logging()
+            code = asyncio.run(main())
+    finally:
+        waiting.stop()
     raise typer.Exit(code)
 
 

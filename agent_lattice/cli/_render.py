@@ -74,6 +74,11 @@ class Renderer:
             if said:
                 self.note(f"  {message.team}::{message.member}: {one_line(said, 100)}")
 
+    @property
+    def at_line_start(self) -> bool:
+        """Nothing streamed is waiting for the rest of its line (a spinner may be drawn)."""
+        return not self._open_line
+
     def note(self, text: str, style: str = "dim") -> None:
         """A line between messages (ends a streamed line first)."""
         self._end_line()

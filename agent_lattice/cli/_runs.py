@@ -13,7 +13,13 @@ from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._agent import Agent
-from .._messages import ResultMessage, SystemMessage
+from .._messages import (
+    AssistantMessage,
+    ResultMessage,
+    SDKMessage,
+    StreamEventMessage,
+    SystemMessage,
+)
 from .._team import Team
 from ..client._orphans import (
     RunState,
@@ -33,6 +39,7 @@ from ._plumbing import (
     on_signals,
     stderr,
     stdout,
+    waiting,
 )
 from ._render import Renderer
 
@@ -85,7 +92,8 @@ def run(
     execute(
         lambda: _run(
             agent, prompt, json_lines=json_lines, stream=not no_stream, serve=serve, otel=otel
-        )
+        ),
+        spinner=not json_lines,
     )
 
 
@@ -123,7 +131,8 @@ async def _run_query(
             )
     runtime.inline_workers = serve
     messages = agent.query(prompt, runtime=runtime, stream=stream)
-    renderer = Renderer(stdout, json_lines=json_lines)
+    screen = _Screen(Renderer(stdout, json_lines=json_lines))
+    waiting.show(f"starting {agent.name}…")
     main_task = asyncio.current_task()
     interrupted: list[int] = []
 
@@ -146,7 +155,7 @@ async def _run_query(
                 if json_lines and isinstance(message, SystemMessage) and message.subtype == "init":
                     where = f"workflow {message.workflow_id} · run {message.run_id}"
                     stderr.print(Text(where, style="dim"))
-                renderer.show(message)
+                screen.show(message)
                 if isinstance(message, ResultMessage):
                     result = message
         finally:
@@ -158,6 +167,34 @@ async def _run_query(
     if result is None:  # never silent: say why there is no result
         fail(f"the messages of {agent.name}'s run ended without its result")
     return EXIT_FAILED if result is None or result.is_error else 0
+
+
+class _Screen:
+    """The run's messages on stdout, and between them a spinner on stderr saying what the run
+    waits for (the model, a tool); hidden before anything is printed."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+        self.model = "the model"
+
+    def show(self, message: SDKMessage) -> None:
+        waiting.hide()
+        self.renderer.show(message)
+        if isinstance(message, SystemMessage) and message.subtype == "init" and message.model:
+            self.model = message.model
+        label = self._waits_for(message)
+        if label is not None and self.renderer.at_line_start:
+            waiting.show(label)
+
+    def _waits_for(self, message: SDKMessage) -> str | None:
+        if isinstance(message, StreamEventMessage | ResultMessage):
+            return None  # text is arriving, or the run is over
+        if isinstance(message, SystemMessage) and message.subtype == "approval_request":
+            return None  # a person decides: the lines printed say how
+        if isinstance(message, AssistantMessage):
+            uses = message.message.tool_uses
+            return f"running {', '.join(u.name for u in uses)}…" if uses else None
+        return f"waiting for {self.model}…"
 
 
 async def _worker_hint(task_queue: str) -> None:
@@ -241,12 +278,19 @@ def attach(
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
     ] = False,
+    no_stream: Annotated[
+        bool, typer.Option("--no-stream", help="Durable messages only, no live tokens.")
+    ] = False,
 ) -> None:
-    """Print the messages of a run from its start, following it until its result."""
-    execute(lambda: _attach(workflow_id, json_lines))
+    """Print the messages of a run from its start, following it until its result.
+
+    While the run goes on, its live tokens show too (read from the worker that runs the
+    model request: it must be reachable at the address its identity names).
+    """
+    execute(lambda: _attach(workflow_id, json_lines, not no_stream), spinner=not json_lines)
 
 
-async def _attach(workflow_id: str, json_lines: bool) -> int:
+async def _attach(workflow_id: str, json_lines: bool, live: bool) -> int:
     runtime = await Runtime.connect(inline_workers=False)
     try:
         # a team lead's query may be about to start: durable_messages waits for it then
@@ -258,11 +302,12 @@ async def _attach(workflow_id: str, json_lines: bool) -> int:
                 stderr.print(Text(orphan_hint(state), "yellow"))
                 # a reader's polls would queue on the dead process's queue: follow once adopted
                 await until_served(runtime.client, state)
-        renderer = Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines)
+        screen = _Screen(Renderer(stdout, workflow_id=workflow_id, json_lines=json_lines))
         result: ResultMessage | None = None
         # A run in progress is followed live; a closed one is rebuilt from its history.
-        async for message in runtime.durable_messages(workflow_id):
-            renderer.show(message)
+        messages = runtime.attach(workflow_id) if live else runtime.durable_messages(workflow_id)
+        async for message in messages:
+            screen.show(message)
             if isinstance(message, ResultMessage):
                 result = message
         return 1 if result is None or result.is_error else 0

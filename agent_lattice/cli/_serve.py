@@ -21,10 +21,21 @@ from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app
-from ._plumbing import client_target, errors_as_exit, execute, on_signals, stderr, stdout
+from ._plumbing import (
+    HELP_OPTIONS,
+    client_target,
+    errors_as_exit,
+    execute,
+    on_signals,
+    print_json,
+    stderr,
+    stdout,
+)
 
 server_app = typer.Typer(
-    help="Report on or stop the embedded Temporal dev server.", no_args_is_help=True
+    help="Report on or stop the embedded Temporal dev server.",
+    no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
 )
 
 
@@ -228,13 +239,29 @@ async def _worker(
 
 
 @server_app.command("status")
-def server_status() -> None:
-    """Report the embedded server under LATTICE_HOME (exit code 1 when it is not running)."""
+def server_status(
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object on stdout, nothing else.")
+    ] = False,
+) -> None:
+    """Report the embedded server under LATTICE_HOME (exit code 1 when it is not running).
+
+    --json: {"running", "pid", "address", "ui_url", "home"} (only "running" and "home" when
+    it is not running).
+    """
     server = DevServer.running(lattice_home())
-    if server is None:
+    if json_out:
+        state: dict[str, object] = {"running": server is not None, "home": str(lattice_home())}
+        if server is not None:
+            ui_url = server.ui_url if server.ui_port else None
+            state.update(pid=server.pid, address=server.address, ui_url=ui_url)
+        print_json(state)
+    elif server is None:
         stdout.print(f"no embedded Temporal server is running (home {lattice_home()})")
+    else:
+        _print_server(server, "running")
+    if server is None:
         raise typer.Exit(1)
-    _print_server(server, "running")
 
 
 @server_app.command("stop")

@@ -37,7 +37,7 @@ class DurableSource(Protocol):
     """Where durable messages are read from (the runtime)."""
 
     def durable_messages(
-        self, workflow_id: str, *, appears_within: float | None = None
+        self, workflow_id: str, *, from_offset: int = 0, appears_within: float | None = None
     ) -> AsyncIterator[SDKMessage]: ...
 
 
@@ -80,9 +80,9 @@ class Merge:
     """The queue and the release rule: a live event reaches the caller only after the durable
     messages that preceded its request, so the caller sees the workflow's order."""
 
-    def __init__(self, size: int = QUEUE_SIZE) -> None:
+    def __init__(self, size: int = QUEUE_SIZE, *, seen: int = 0) -> None:
         self._queue: asyncio.Queue[Item] = asyncio.Queue(size)
-        self._seen = 0  # durable messages the caller has been given
+        self._seen = seen  # durable messages the caller has been given (or skipped)
         self._held: list[Live] = []
 
     async def put_live(self, event: StreamEventMessage, after: int) -> None:

@@ -33,6 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError
 
 from .._errors import ConcurrentQueryError
+from .._live_feeds import LIVE_MARK
 from ..worker._plugin import LatticePlugin, lattice_worker, process_identity
 from ..worker._registry import AgentRegistry
 from ..workflows._types import AgentRunInput
@@ -73,8 +74,9 @@ def _poller_alive(identity: str, last_access: datetime | None) -> bool:
     """Judge a listed poller by its last poll, and one of this host's pids by its process."""
     if last_access is not None and datetime.now(UTC) - last_access > POLLER_FRESH:
         return False
-    pid = identity.partition("@")[0]
-    if pid.isdigit() and identity == process_identity(int(pid)):
+    own = identity.partition(LIVE_MARK)[0]  # the live port a worker names is no part of it
+    pid = own.partition("@")[0]
+    if pid.isdigit() and own == process_identity(int(pid)):
         return pid_alive(int(pid))
     return True
 

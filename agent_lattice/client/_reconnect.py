@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ __all__ = [
     "connect_client",
     "reconnect_limit",
     "retry_config",
+    "transport_reason",
     "unreachable",
 ]
 
@@ -71,6 +73,24 @@ def unreachable(err: BaseException) -> bool:
     )
 
 
+def transport_reason(err: BaseException) -> str:
+    """What failed, for a person: "connection refused", "DNS lookup failed: ...", not Core's
+    nested transport error (``LATTICE_DEBUG=1`` shows that)."""
+    text = err.message if isinstance(err, RPCError) else str(err)
+    if match := re.search(r'message: "([^"]+)"', text):
+        return match[1][:1].lower() + match[1][1:]
+    if "dns error" in text:
+        found = re.search(r'error: "([^"]+)"', text)
+        return "DNS lookup failed" + (f": {found[1]}" if found else "")
+    if re.search(r"timed? ?out|deadline", text, re.IGNORECASE):
+        return "timed out"
+    if "tls" in text.lower() or "certificate" in text.lower():
+        return "TLS handshake failed"
+    # Core's wrapping says nothing a person can act on; the innermost text does
+    inner = re.findall(r'"([^"]+)"', text)
+    return inner[-1] if inner else text.removeprefix("Failed client connect: ")
+
+
 async def connect_client(
     address: str, watch: ServerWatch, *, ready_s: float = 0.0, **options: Any
 ) -> Client:
@@ -85,13 +105,13 @@ async def connect_client(
         except Exception as err:
             if not unreachable(err):
                 raise ConfigurationError(
-                    f"could not connect to Temporal at {address}: {err}"
+                    f"could not connect to Temporal at {address}: {transport_reason(err)}"
                 ) from err
             waited = time.monotonic() - started
             if waited >= watch.limit_s:
                 raise ServerUnreachableError(
                     f"could not reach the Temporal server at {address} within "
-                    f"{watch.limit_s:g} s ({RECONNECT_ENV}): {err}"
+                    f"{watch.limit_s:g} s ({RECONNECT_ENV}): {transport_reason(err)}"
                 ) from err
             if waited >= ready_s:
                 watch.down()
@@ -99,6 +119,11 @@ async def connect_client(
             continue
         watch.up()
         return client
+
+
+# Told when a server becomes unreachable (True) and when it is back (False): the CLI's
+# spinner on a terminal.
+on_outage: Callable[[str, bool], None] | None = None
 
 
 def _say(text: str) -> None:
@@ -137,6 +162,8 @@ class ServerWatch:
                 f"Temporal server at {self.address} unreachable, retrying… "
                 f"(for up to {self.limit_s:g} s, {RECONNECT_ENV})"
             )
+            if on_outage is not None:
+                on_outage(self.address, True)
         elif now - self.down_since >= self.limit_s:
             self.lost.set()
 
@@ -148,9 +175,11 @@ class ServerWatch:
             )
             self.down_since = None
             self.lost.clear()
+            if on_outage is not None:
+                on_outage(self.address, False)
 
     def error(self, cause: BaseException | None = None) -> ServerUnreachableError:
-        detail = f": {cause}" if cause is not None else ""
+        detail = f": {transport_reason(cause)}" if cause is not None else ""
         return ServerUnreachableError(
             f"lost the Temporal server at {self.address}: unreachable for more than "
             f"{self.limit_s:g} s ({RECONNECT_ENV}){detail}"

@@ -44,6 +44,7 @@ from ..worker._telemetry import flush_tracing, temporal_runtime
 from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
+from ._attach import attached_messages
 from ._orphans import (
     PRIVATE_STICKY_TIMEOUT,
     RunState,
@@ -295,6 +296,12 @@ class Runtime:
         about to start: it waits ``appears_within`` seconds for it (default: 60 s when a
         running team workflow may start it as its lead's query, else none)."""
         return self._durable(workflow_id, from_offset, appears_within)
+
+    def attach(self, workflow_id: str, *, from_offset: int = 0) -> AsyncIterator[SDKMessage]:
+        """A run's messages as its own ``query()`` caller sees them, from anywhere: the durable
+        messages from ``from_offset`` and, while it runs, the live ``stream_event`` messages
+        of its model requests (read from the worker that runs each one; see ``_attach``)."""
+        return attached_messages(self, workflow_id, from_offset)
 
     async def _durable(
         self, workflow_id: str, from_offset: int, appears_within: float | None

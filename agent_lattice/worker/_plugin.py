@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .. import _settings
 from .._errors import LatticeError
+from .._live_feeds import LIVE_MARK, live_feeds
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
@@ -56,6 +57,13 @@ def process_identity(pid: int | None = None) -> str:
     host) but not their pids: a poller's pid is only looked up here (``client/_orphans``)
     when its identity is what this process would have with that pid."""
     return f"{os.getpid() if pid is None else pid}@{socket.gethostname()}{_PID_NAMESPACE}"
+
+
+def _live_suffix() -> str:
+    """The port where this process serves its model requests' live tokens to attached
+    readers (``_live_feeds``), as the worker identity names it; nothing when turned off."""
+    feeds = live_feeds()
+    return LIVE_MARK + feeds.start() if feeds is not None else ""
 
 
 class LatticePlugin(SimplePlugin):
@@ -144,7 +152,7 @@ class LatticePlugin(SimplePlugin):
         sdk_default = client is None or client.identity == f"{os.getpid()}@{socket.gethostname()}"
         # an identity the user chose (on the worker or its client) is kept
         if self.registry is not None and config.get("identity") is None and sdk_default:
-            config["identity"] = process_identity()
+            config["identity"] = process_identity() + _live_suffix()
         return config
 
 
