@@ -38,6 +38,8 @@ crew = create_team(
     name="crew",
     lead=create_bare_agent(
         **_options("lead"),
+        # USD per million tokens: the metrics test checks each reply's cost
+        pricing={"input": 1.0, "output": 2.0, "cache_write": 3.0, "cache_read": 4.0},
         tools=[
             tool("calculator", "Add integers, e.g. 2+2", Expr, calculate),
             agent_tool("explore", explorer, description="Ask the explorer."),

@@ -367,6 +367,10 @@ def test_worker_metrics_count_requests_tokens_tools_and_outcomes(env, start_work
     assert sample(samples, "lattice_tool_calls", agent="lead", tool="calculator") == 2
     assert sample(samples, "lattice_tool_errors", agent="lead", tool="calculator") == 1
     assert sample(samples, "lattice_query_duration_count", agent="lead", subtype="success") == 1
+    # each reply's cost (11 input, 7 output, 3 cache-write, 5 cache-read tokens at the lead's
+    # prices): the failed attempt had none
+    assert sample(samples, "lattice_cost_usd_count", **lead_model) == 2
+    assert sample(samples, "lattice_cost_usd_sum", **lead_model) == pytest.approx(2 * 54e-6)
     # Temporal Core's own metrics on the same endpoint
     assert sample(samples, "temporal_workflow_completed", workflow_type="AgentWorkflow") >= 1
     assert sample(samples, "temporal_activity_execution_failed") >= 1

@@ -72,7 +72,7 @@ class ModelActivities(ActivitiesBase):
         async with heartbeating(), quiet_when_abandoned(), _live_events(input) as on_event:
             with span as reply:
                 message = await _call_model(agent, request, on_event, input)
-                reply.reply(message)
+                reply.reply(message, _cost(agent, message))
         await tracer.emit(
             "assistant_message",
             turn=input.turn,

@@ -54,11 +54,10 @@ class ModelSpan:
     def __init__(self, span: Any, agent: str, model: str) -> None:
         self._span, self._agent, self._model = span, agent, model
 
-    def reply(self, message: ModelMessage) -> None:
+    def reply(self, message: ModelMessage, cost_usd: float | None = None) -> None:
         usage = message.usage
-        if usage is not None:
-            # the price table adds the reply's cost here (None: unknown, never zero)
-            record_model_usage(activity.metric_meter(), self._agent, self._model, usage)
+        if usage is not None:  # a cost of None (an unpriced model) records no cost
+            record_model_usage(activity.metric_meter(), self._agent, self._model, usage, cost_usd)
         if self._span is None:
             return
         attributes: dict[str, Any] = {
