@@ -95,5 +95,6 @@ def test_a_team_the_host_drops_is_collected(fake_anthropic):
     assert team_of(team.lead) is team
     gone = [weakref.ref(team), weakref.ref(team.lead)]
     del team
-    gc.collect()
+    for _ in range(3):  # a cycle freed by one pass may hold the next (finalizers run between)
+        gc.collect()
     assert [ref() for ref in gone] == [None, None]
