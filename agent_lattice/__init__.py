@@ -105,6 +105,7 @@ from ._workspace import create_agent_workspace_tools, create_builtin_tools
 from .client import (
     DevServer,
     Runtime,
+    create_runtime,
     create_workflow_mailbox,
     get_default_runtime,
     list_pending_approvals,
@@ -216,6 +217,7 @@ __all__ = [
     "create_memory_mailbox",
     "create_postgres_history_store",
     "create_postgres_mailbox",
+    "create_runtime",
     "create_sqlite_mailbox",
     "create_team",
     "create_team_runner",

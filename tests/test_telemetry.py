@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from agent_lattice import ConfigurationError
+from agent_lattice import ConfigurationError, create_runtime
 from agent_lattice.client import Runtime
 from agent_lattice.testing import (
     FakeAnthropicServer,
@@ -376,11 +376,21 @@ def test_worker_metrics_count_requests_tokens_tools_and_outcomes(env, start_work
     assert sample(samples, "temporal_activity_execution_failed") >= 1
 
 
-async def test_otel_without_the_extra_names_it(lattice_server, monkeypatch):
+@pytest.mark.parametrize("connect", [Runtime.connect, create_runtime], ids=["connect", "create"])
+async def test_otel_without_the_extra_names_it(lattice_server, monkeypatch, connect):
     # what an install without the `otel` extra lacks
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace.export", None)
     with pytest.raises(ConfigurationError, match=r"agent-lattice\[otel\]"):
-        await Runtime.connect(lattice_server, otel=True)
+        await connect(lattice_server, otel=True)
+
+
+async def test_create_runtime_connects_like_runtime_connect(lattice_server, task_queue_prefix):
+    runtime = await create_runtime(lattice_server, inline_workers=False)
+    try:
+        assert isinstance(runtime, Runtime) and not runtime.inline_workers
+        await runtime.client.count_workflows()  # connected
+    finally:
+        await runtime.close()
 
 
 async def test_metrics_port_is_decided_by_the_first_connect(lattice_runtime, lattice_server):

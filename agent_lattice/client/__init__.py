@@ -4,7 +4,7 @@ from .._agent import register_query_runner
 from .._team import register_default_mailbox, register_mail_announcer
 from ..workflows._types import ActivitySettings
 from ._approvals import list_pending_approvals, resolve_approval
-from ._default import get_default_runtime, set_default_runtime
+from ._default import create_runtime, get_default_runtime, set_default_runtime
 from ._mailbox import announce_mail, create_workflow_mailbox
 from ._query import QueryRun
 from ._runtime import Runtime
@@ -21,6 +21,7 @@ __all__ = [
     "ActivitySettings",
     "DevServer",
     "Runtime",
+    "create_runtime",
     "create_workflow_mailbox",
     "get_default_runtime",
     "list_pending_approvals",

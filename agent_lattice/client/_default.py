@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ._runtime import Runtime
 
-__all__ = ["default_runtime_if_any", "get_default_runtime", "set_default_runtime"]
+__all__ = [
+    "create_runtime",
+    "default_runtime_if_any",
+    "get_default_runtime",
+    "set_default_runtime",
+]
 
 _DEFAULT: dict[int, Runtime] = {}
 _DEFAULT_LOCKS: dict[int, asyncio.Lock] = {}
@@ -36,3 +42,10 @@ def set_default_runtime(runtime: Runtime | None) -> None:
         _DEFAULT.pop(loop_id, None)
     else:
         _DEFAULT[loop_id] = runtime
+
+
+async def create_runtime(address: str | None = None, **options: Any) -> Runtime:
+    """A connected :class:`Runtime`: the same as ``Runtime.connect(address, **options)``
+    (``otel=True`` traces its queries with OpenTelemetry, ``metrics_port=`` serves metrics,
+    ``inline_workers=``, ``namespace=``, ``api_key=``, ``settings=``, ``reconnect_s=``)."""
+    return await Runtime.connect(address, **options)
