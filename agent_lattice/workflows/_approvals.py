@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -32,9 +33,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from ._children import signal_quietly
     from ._contract import FailureType
-    from ._types import AgentRunInput
+    from ._types import AgentRunInput, ToolCallInput, ToolCallOutput
 
 __all__ = ["Approvals"]
+
+C = TypeVar("C", bound=ToolCallInput)
 
 
 class Approvals:
@@ -45,6 +48,7 @@ class Approvals:
     _aborted: bool
     _pending_signals: list[asyncio.Task[None]]
     _publish: Callable[[object], None]
+    _made: Callable[[list[ToolCallOutput]], list[ToolCallOutput]]  # from ToolBatch
     _show_details: Callable[[], None]  # from Progress: progress, then the waiting calls
 
     def _init_approvals(self) -> None:
@@ -107,6 +111,17 @@ class Approvals:
                 non_retryable=True,
             )
         return request
+
+    async def _decided(self, call: C, ask: ApprovalAsk) -> C | ToolCallOutput:
+        """``call`` as a person allowed it (approved, with their ``updated_input`` if any), or
+        the result the model gets instead of the tool's."""
+        decided = await self._approval(call.tool_use, ask)
+        if isinstance(decided, ToolResultBlock):
+            return self._made([ToolCallOutput(block=decided)])[0]
+        use = call.tool_use
+        if decided.updated_input is not None:
+            use = use.model_copy(update={"input": decided.updated_input})
+        return call.model_copy(update={"approved": True, "tool_use": use})
 
     async def _approval(
         self, use: ToolUseBlock, ask: ApprovalAsk

@@ -17,8 +17,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from .._approvals import ApprovalAsk, ApprovalDecision
-    from .._messages import ResultMessage, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+    from .._approvals import ApprovalAsk
+    from .._messages import ResultMessage, TextBlock, ToolUseBlock, Usage
     from . import _contract as contract
     from ._children import signal_quietly, start_child
     from ._contract import HOST_FAILURES
@@ -57,8 +57,9 @@ class Delegating:
     # from ToolBatch and Approvals
     _call_input: Callable[[ToolUseBlock], ToolCallInput]
     _could_not_run: Callable[[ToolUseBlock, BaseException], ToolCallOutput]
-    _made: Callable[[list[ToolCallOutput]], list[ToolCallOutput]]
-    _approval: Callable[[ToolUseBlock, ApprovalAsk], Awaitable[ApprovalDecision | ToolResultBlock]]
+    _decided: Callable[
+        [DelegateCallInput, ApprovalAsk], Awaitable[DelegateCallInput | ToolCallOutput]
+    ]
 
     async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
         """An agent tool call: the child agent's query runs as a child workflow of this one.
@@ -116,13 +117,10 @@ class Delegating:
         ask = prepared.result.approval if isinstance(prepared, CallEnded) else None
         if ask is None:
             return call, prepared
-        decided = await self._approval(call.tool_use, ask)
-        if isinstance(decided, ToolResultBlock):
-            return call, CallEnded(result=self._made([ToolCallOutput(block=decided)])[0])
-        use = call.tool_use
-        if decided.updated_input is not None:
-            use = use.model_copy(update={"input": decided.updated_input})
-        call = call.model_copy(update={"approved": True, "tool_use": use})
+        decided = await self._decided(call, ask)
+        if isinstance(decided, ToolCallOutput):
+            return call, CallEnded(result=decided)
+        call = decided
         prepared = (
             await contract.delegate_prepare(call, host, summary=f"{summary} · approved")
         ).root

@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from .._approvals import ApprovalAsk, ApprovalDecision
+    from .._approvals import ApprovalAsk
     from .._loop import unknown_tool_result
     from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
     from . import _contract as contract
@@ -31,7 +31,7 @@ class ToolBatch:
     _seq_block: Callable[[int], int]
     _trace: Callable[[list[tuple[str, dict[str, object]]]], Awaitable[None]]
     _call_child: Callable[[ToolUseBlock], Awaitable[ToolCallOutput]]
-    _approval: Callable[[ToolUseBlock, ApprovalAsk], Awaitable[ApprovalDecision | ToolResultBlock]]
+    _decided: Callable[[ToolCallInput, ApprovalAsk], Awaitable[ToolCallInput | ToolCallOutput]]
 
     @property
     def _traced(self) -> bool:  # AgentWorkflow's property comes first in its MRO
@@ -113,12 +113,9 @@ class ToolBatch:
             )
             if output.approval is None:
                 return output
-            decided = await self._approval(call.tool_use, output.approval)
-            if isinstance(decided, ToolResultBlock):
-                return self._made([ToolCallOutput(block=decided)])[0]
-            if decided.updated_input is not None:
-                use = use.model_copy(update={"input": decided.updated_input})
-            approved = call.model_copy(update={"approved": True, "tool_use": use})
+            approved = await self._decided(call, output.approval)
+            if isinstance(approved, ToolCallOutput):
+                return approved
             return await contract.call_tool(
                 approved, preset, summary=f"{input.agent.name} · tool {name} · approved"
             )
