@@ -18,7 +18,7 @@ from .._history import QueryMirror
 from .._host_member import DurableMessage, host_messages
 from .._loop import text_of
 from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
-from .._messages import AgentMessageEvent, ModelMessage, ToolResultBlock, ToolUseBlock
+from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
 from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import hydrate, run_transcript
@@ -44,7 +44,7 @@ from ..workflows._types import (
     TraceParent,
 )
 from ._base import ActivitiesBase
-from ._tools import invalid_input, permission_verdict, tool_context
+from ._tools import awaiting_approval, invalid_input, permission_verdict, tool_context
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -68,12 +68,7 @@ class DelegationActivities(ActivitiesBase):
                 parent, use.name, use.input, ctx, self._threads.executor
             )
             if isinstance(said, ApprovalAsk):  # nothing ran: the run waits for a person
-                placeholder = ToolResultBlock(
-                    tool_use_id=use.id, content="awaiting approval", is_error=True
-                )
-                return DelegatePrepared(
-                    CallEnded(result=ToolCallOutput(block=placeholder, approval=said))
-                )
+                return DelegatePrepared(CallEnded(result=awaiting_approval(use, said)))
             denial = said
         await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
 

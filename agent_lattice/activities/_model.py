@@ -72,14 +72,15 @@ class ModelActivities(ActivitiesBase):
         async with heartbeating(), quiet_when_abandoned(), _live_events(input) as on_event:
             with span as reply:
                 message = await _call_model(agent, request, on_event, input)
-                reply.reply(message, _cost(agent, message))
+                cost = _cost(agent, message)
+                reply.reply(message, cost)
         await tracer.emit(
             "assistant_message",
             turn=input.turn,
             message=message.to_wire(),
             stop_reason=message.stop_reason,
             usage=message.usage.model_dump() if message.usage else None,
-            cost_usd=_cost(agent, message),
+            cost_usd=cost,
             provider_response_id=message.provider_response_id,
             model=message.model,
         )
@@ -99,7 +100,7 @@ class ModelActivities(ActivitiesBase):
             message=message,
             concurrency_safe=_concurrency_safe(agent, message),
             batch_rejection=rejection,
-            cost_usd=_cost(agent, message),
+            cost_usd=cost,
         )
 
     @activity.defn(name=ActivityName.COMPACT)

@@ -15,7 +15,13 @@ from ._base import ActivitiesBase, heartbeating, hooked, quiet_when_abandoned
 from ._delegation import recorded_ask
 from ._team import telling_of_mail
 from ._telemetry import tool_span
-from ._tools import CallRecord, invalid_input, permission_verdict, tool_context
+from ._tools import (
+    CallRecord,
+    awaiting_approval,
+    invalid_input,
+    permission_verdict,
+    tool_context,
+)
 
 
 class ToolActivities(ActivitiesBase):
@@ -60,10 +66,7 @@ class ToolActivities(ActivitiesBase):
             result = await record.answer()
             decided = None if result is not None else await record.guard(verdict)
             if isinstance(decided, ApprovalAsk):  # nothing ran: the run waits for a person
-                placeholder = ToolResultBlock(
-                    tool_use_id=use.id, content="awaiting approval", is_error=True
-                )
-                return ToolCallOutput(block=placeholder, approval=decided)
+                return awaiting_approval(use, decided)
             await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
             if result is None:  # not answered from its record: it runs (or is refused) now
                 with tool_span(agent.name, use.name, use.id) as span:

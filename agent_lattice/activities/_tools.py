@@ -14,9 +14,10 @@ from temporalio.exceptions import ApplicationError
 
 from .._approvals import ApprovalAsk
 from .._errors import ConfigurationError
+from .._messages import ToolResultBlock
 from .._tools import PermissionRequest, ToolContext, ToolResult, run_off_loop
 from ..workflows._failures import WORKER_LOST, did_not_finish, past_timeout
-from ..workflows._types import DelegateCallInput, ToolCallInput
+from ..workflows._types import DelegateCallInput, ToolCallInput, ToolCallOutput
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_TOOL_THREADS",
     "CallRecord",
     "ToolThreads",
+    "awaiting_approval",
     "invalid_input",
     "permission_verdict",
 ]
@@ -75,6 +77,13 @@ def invalid_input(use: ToolUseBlock) -> ToolResult | None:
     return ToolResult(
         content=f"Invalid input for tool {use.name!r}: {use.input_error}", is_error=True
     )
+
+
+def awaiting_approval(use: ToolUseBlock, ask: ApprovalAsk) -> ToolCallOutput:
+    """A call that did not run: its run waits for a person's decision (``block`` is only a
+    placeholder; the workflow answers the call once it is decided)."""
+    placeholder = ToolResultBlock(tool_use_id=use.id, content="awaiting approval", is_error=True)
+    return ToolCallOutput(block=placeholder, approval=ask)
 
 
 async def permission_verdict(
