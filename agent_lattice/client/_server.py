@@ -27,7 +27,7 @@ from .._errors import ConfigurationError, ServerUnreachableError
 from .._settings import lattice_home, temporal_bin
 from ..workflows._visibility import SEARCH_ATTRIBUTES
 
-__all__ = ["DevServer", "lattice_home", "temporal_binary"]
+__all__ = ["DevServer", "dev_server_command", "lattice_home", "temporal_binary"]
 
 # The dev server's single shard reads transfer tasks at 20 polls/s by default, which costs
 # every activity round trip ~50 ms after a burst of ~20; 1000 removes that pacing.
@@ -108,6 +108,31 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc (macOS): existing is all we can tell
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def dev_server_command(
+    home: Path, *, port: int, ui_port: int | None = None, ip: str = "127.0.0.1"
+) -> list[str]:
+    """The ``temporal server start-dev`` command of the embedded server (storage under
+    ``home``, no UI when ``ui_port`` is None); ``ip``: the address it binds, for a server
+    that other hosts reach (the multi-host test starts one in a network namespace)."""
+    args = [
+        temporal_binary(),
+        "server",
+        "start-dev",
+        "--ip", ip,
+        "--port", str(port),
+        "--db-filename", str(home / "temporal.db"),
+        "--log-level", "error",
+    ]  # fmt: skip
+    args += ["--ui-port", str(ui_port)] if ui_port else ["--headless"]
+    for value in DYNAMIC_CONFIG:
+        args += ["--dynamic-config-value", value]
+    for pragma in SQLITE_PRAGMAS:
+        args += ["--sqlite-pragma", pragma]
+    for name, kind in SEARCH_ATTRIBUTES.items():  # runs find and group by them
+        args += ["--search-attribute", f"{name}={kind}"]
+    return args
 
 
 @dataclass
@@ -228,22 +253,7 @@ class DevServer:
     ) -> DevServer:
         grpc_port = _free_port(port)
         ui_port = _free_port(ui_port if ui_port else grpc_port + 1000) if ui else 0
-        args = [
-            temporal_binary(),
-            "server",
-            "start-dev",
-            "--ip", "127.0.0.1",
-            "--port", str(grpc_port),
-            "--db-filename", str(home / "temporal.db"),
-            "--log-level", "error",
-        ]  # fmt: skip
-        args += ["--ui-port", str(ui_port)] if ui else ["--headless"]
-        for value in DYNAMIC_CONFIG:
-            args += ["--dynamic-config-value", value]
-        for pragma in SQLITE_PRAGMAS:
-            args += ["--sqlite-pragma", pragma]
-        for name, kind in SEARCH_ATTRIBUTES.items():  # runs find and group by them
-            args += ["--search-attribute", f"{name}={kind}"]
+        args = dev_server_command(home, port=grpc_port, ui_port=ui_port or None)
         log = open(home / "temporal-server.log", "ab")
         proc = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True

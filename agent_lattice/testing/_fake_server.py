@@ -1,7 +1,7 @@
 """A fake Anthropic Messages API server for tests.
 
 `FakeAnthropicServer` is a real HTTP server (stdlib only, running in a daemon thread on
-``127.0.0.1`` and an ephemeral port) that speaks the Messages API wire format:
+``127.0.0.1``, or the ``host`` given, and an ephemeral port) that speaks the Messages API wire format:
 ``POST /v1/messages`` answered as JSON, or as server-sent events when the request body
 has ``"stream": true``. Point any Anthropic-compatible client at ``server.base_url``.
 It works from any event loop and from other processes (e.g. worker subprocesses).
@@ -69,7 +69,8 @@ class FakeAnthropicServer:
     """A fake Anthropic Messages API server on ``127.0.0.1`` and an ephemeral port.
 
     Use as a context manager (or call `start` / `stop`) and pass `base_url` to the
-    client. The handler (default: always ``text("ok")``) decides each reply.
+    client. The handler (default: always ``text("ok")``) decides each reply. ``host``: the
+    address to listen on instead, for workers on other hosts (network namespaces).
 
     Attributes:
         requests: Every ``POST /v1/messages`` request with a valid JSON body, in
@@ -77,7 +78,8 @@ class FakeAnthropicServer:
         handler_errors: Exceptions raised by the handler, in order.
     """
 
-    def __init__(self, handler: Handler | None = None) -> None:
+    def __init__(self, handler: Handler | None = None, *, host: str = "127.0.0.1") -> None:
+        self._host = host
         self.requests: list[RecordedRequest] = []
         self.handler_errors: list[BaseException] = []
         self._handler: Handler = handler or _default_handler
@@ -90,7 +92,7 @@ class FakeAnthropicServer:
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``, the client's ``base_url``."""
+        """``http://HOST:PORT``, the client's ``base_url``."""
         if self._httpd is None:
             raise RuntimeError("FakeAnthropicServer is not started")
         host, port = self._httpd.server_address[:2]
@@ -100,7 +102,7 @@ class FakeAnthropicServer:
         """Start serving in a daemon thread; returns self."""
         if self._httpd is not None:
             raise RuntimeError("FakeAnthropicServer can only be started once")
-        httpd = _HTTPServer(("127.0.0.1", 0), _RequestHandler)
+        httpd = _HTTPServer((self._host, 0), _RequestHandler)
         httpd.fake = self
         self._httpd = httpd
         self._thread = threading.Thread(
