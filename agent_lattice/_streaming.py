@@ -10,8 +10,10 @@ before the activity completes, so every stream event of a turn is queued before 
 assistant message can reach the consumer; a slow consumer slows the sender (bounded queues
 and TCP flow control), nothing is dropped or reordered.
 
-Streaming is best effort: a sender that cannot reach its receiver goes on silently, the
-durable messages still arrive.
+Streaming is best effort: a sender that cannot reach its receiver goes on without it, the
+durable messages still arrive. It says so once per receiver address, as a warning: a caller
+on another host whose ``LATTICE_STREAM_HOST`` the worker cannot reach (the default,
+127.0.0.1, is the worker's own loopback there) gets no live tokens.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ _LOCAL: dict[str, StreamReceiver] = {}
 
 _CONNECT_TIMEOUT = 2.0
 _ACK_TIMEOUT = 30.0
+# receiver addresses this process could not reach, already warned about
+_UNREACHABLE: set[str] = set()
 
 
 class StreamReceiver:
@@ -150,7 +154,18 @@ class StreamSender:
             answer = await asyncio.wait_for(self._reader.readline(), _CONNECT_TIMEOUT)
             if answer.strip() != b"ready":
                 self._fail("receiver has no such channel")
-        except (TimeoutError, OSError, ValueError) as err:
+        except (TimeoutError, OSError) as err:
+            self._fail(str(err))
+            if self._address not in _UNREACHABLE:
+                _UNREACHABLE.add(self._address)
+                log.warning(
+                    "live tokens cannot reach the caller at %s (%s): if it still runs, it gets "
+                    "the durable messages only; set LATTICE_STREAM_HOST on the caller to an "
+                    "address this worker reaches",
+                    self._address,
+                    err or type(err).__name__,
+                )
+        except ValueError as err:
             self._fail(str(err))
         return self
 

@@ -24,7 +24,7 @@ from agent_lattice import (
 )
 
 API_KEY = "sk-ant-test-SECRET-4f2b9c"
-NOTE_S = 1.5  # how long slow_note takes: the kill lands inside some of them
+NOTE_S = 1.0  # how long slow_note takes: the kill lands inside one of them
 
 
 class Note(BaseModel):

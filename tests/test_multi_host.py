@@ -2,12 +2,14 @@
 
 Each host is a Linux network namespace on one bridge: the Temporal dev server on A, a
 ``lattice worker`` on B and one on C (each with its own ``LATTICE_HOME``, sharing only the
-Postgres transcript store), the client on D. The root side of the bridge holds the fake model
-and a forwarder to Postgres (which listens on the root namespace's loopback only). Twenty
+Postgres transcript store), the client on D. The root namespace, on one more port of the
+bridge, holds the fake model and a forwarder to Postgres (which listens on the root
+namespace's loopback only). The processes' logs stay in the test's ``tmp_path``. Twenty
 queries run (tools, delegations, a team); B's worker is killed with SIGKILL while one of its
 tool calls runs. Everything finishes on C, no completed tool call runs again, and the live
 tokens reach the client from whichever host ran the model request. A client that advertises
-an address no worker can reach still gets its answer, without live tokens.
+an address no worker can reach still gets its answer, without live tokens, and the worker
+says why.
 """
 
 from __future__ import annotations
@@ -308,6 +310,9 @@ async def test_queries_survive_a_worker_host_killed_mid_run(hosts: Hosts, effect
     assert unreachable["subtype"] == "success"
     assert unreachable["result"] == EXPECTED["scribe"].format(q="q21")
     assert unreachable["events"] == 0 and unreachable["streamed"] == ""
+    said = (tmp_path / "c" / "worker.log").read_text()
+    assert "live tokens cannot reach the caller at tcp://127.0.0.1:" in said, said[-3000:]
+    assert "set LATTICE_STREAM_HOST on the caller" in said
 
 
 def _env(hosts: Hosts, tmp_path: Path, host: str, **extra: str) -> dict[str, str]:
@@ -343,7 +348,16 @@ async def _run(
     with (tmp_path / "a" / "temporal.log").open("wb") as log:
         hosts.start("a", server, env, stdout=log, stderr=subprocess.STDOUT)
     worker = [sys.executable, "-m", "agent_lattice.cli", "worker", str(HERE / "multi_host_app.py")]
-    b, _ = (hosts.start(h, worker, _env(hosts, tmp_path, h, **shared)) for h in "bc")
+    b, _ = (
+        hosts.start(
+            h,
+            worker,
+            _env(hosts, tmp_path, h, **shared),
+            stdout=(tmp_path / h / "worker.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        for h in "bc"
+    )
     client = hosts.start(
         "d",
         [sys.executable, str(HERE / "multi_host_client.py")],
