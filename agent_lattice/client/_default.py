@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ._connection import TemporalConnection
 from ._runtime import Runtime
 
 __all__ = [
+    "connect_default_with",
     "create_runtime",
     "default_runtime_if_any",
     "get_default_runtime",
@@ -16,6 +18,13 @@ __all__ = [
 
 _DEFAULT: dict[int, Runtime] = {}
 _DEFAULT_LOCKS: dict[int, asyncio.Lock] = {}
+# what the process runtime connects with (the CLI's flags); None: Runtime.connect()'s own
+_CONNECTION: list[TemporalConnection | None] = [None]
+
+
+def connect_default_with(connection: TemporalConnection | None) -> None:
+    """Connect the process runtime with ``connection`` when it is first made."""
+    _CONNECTION[0] = connection
 
 
 async def get_default_runtime() -> Runtime:
@@ -25,7 +34,7 @@ async def get_default_runtime() -> Runtime:
     async with lock:
         runtime = _DEFAULT.get(loop_id)
         if runtime is None:
-            runtime = await Runtime.connect()
+            runtime = await Runtime.connect(connection=_CONNECTION[0])
             _DEFAULT[loop_id] = runtime
         return runtime
 
