@@ -229,6 +229,10 @@ def test_explicit_settings_go_over_the_environment_over_the_profile(
     assert off.tls is False
     assert TemporalConnection.load(env={"TEMPORAL_API_KEY": "k"}).tls  # a key means TLS
     assert TemporalConnection.load(env={}) == TemporalConnection()  # the embedded server
+    unused = TemporalConnection.load(tls=False, tls_cert="/no/cert.pem", env={})
+    assert unused.tls is False and unused.tls_cert is None  # TLS off: not even read
+    with pytest.raises(ConfigurationError, match="give connection= or the connection settings"):
+        TemporalConnection.given(cloud, None, namespace="other")
 
     with pytest.raises(ConfigurationError, match="Profile 'nope' not found"):
         TemporalConnection.load(profile="nope", env=env)

@@ -168,7 +168,7 @@ async def _dev(
         stderr.print(Text("TEMPORAL_ADDRESS is ignored by `lattice dev`", style="yellow"))
     if agents is None:
         return 0
-    embedded = TemporalConnection().embedded(server.address)
+    embedded = TemporalConnection(address=server.address)  # TEMPORAL_* is not for it
     runtime = await Runtime.connect(connection=embedded, inline_workers=False, quiet=True)
     runtime.watch.home = home  # the server is ours: started again if it dies
     try:

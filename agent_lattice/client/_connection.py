@@ -89,10 +89,11 @@ class TemporalConnection:
                 tls = found.tls.disabled is not True
             else:
                 tls = bool(api_key)
-        cert = _read("client certificate", CERT, _pick(tls_cert, given.client_cert))
-        key = _read("client key", KEY, _pick(tls_key, given.client_private_key))
-        ca = _read("server CA certificate", CA, _pick(tls_ca, given.server_root_ca_cert))
-        if tls:
+        cert = key = ca = None
+        if tls:  # with TLS off, the certificates of a profile are not used, nor read
+            cert = _read("client certificate", CERT, _pick(tls_cert, given.client_cert))
+            key = _read("client key", KEY, _pick(tls_key, given.client_private_key))
+            ca = _read("server CA certificate", CA, _pick(tls_ca, given.server_root_ca_cert))
             _check_pem(cert, key, ca)
         return cls(
             address=address or found.address or None,
