@@ -371,7 +371,7 @@ def test_a_lean_installation_without_a_server_says_which_extra_to_install(
     assert not (tmp_path / "home" / "temporal-server.json").exists()
 
 
-def test_cli_connection_errors_are_one_line(
+def test_cli_connection_errors_are_one_line_and_mtls_flags_connect(
     mtls: TLSProxy, certs: Certs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # in this process: each fails before a query starts
@@ -399,6 +399,13 @@ def test_cli_connection_errors_are_one_line(
         assert result.stdout == "", (argv, result.stdout)
         errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
         assert len(errors) == 1 and said in errors[0], (argv, result.stderr)
+    mtls_flags = [*at, "--tls-cert", str(certs.client.cert), "--tls-key", str(certs.client.key)]
+    result = runner.invoke(app, ["setup", *mtls_flags], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        "the Lattice search attributes are registered on "
+        f"{mtls.address} (namespace default, mTLS) already"
+    )
 
 
 def test_every_connecting_command_has_the_connection_flags() -> None:

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
@@ -150,4 +150,9 @@ def on_signals(handler: Callable[[int], None], *signals: int) -> Iterator[None]:
 
 
 def client_target(client: Client) -> str:
-    return f"{client.service_client.config.target_host} (namespace {client.namespace})"
+    """``host:7233 (namespace default, mTLS)``: where a command works, and how securely."""
+    tls = client.service_client.config.tls
+    how = "mTLS" if isinstance(tls, TLSConfig) and tls.client_cert else "TLS" if tls else ""
+    return f"{client.service_client.config.target_host} (namespace {client.namespace}" + (
+        f", {how})" if how else ")"
+    )

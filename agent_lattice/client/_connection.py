@@ -125,10 +125,6 @@ class TemporalConnection:
         credentials (they belong to a configured server), the same namespace."""
         return TemporalConnection(address=address, namespace=self.namespace)
 
-    @property
-    def mutual_tls(self) -> bool:
-        return self.tls and self.tls_cert is not None
-
     def tls_config(self) -> TLSConfig | bool:
         """What ``Client.connect(tls=)`` takes: False, or the TLS settings."""
         if not self.tls:
@@ -139,11 +135,6 @@ class TemporalConnection:
             client_cert=self.tls_cert,
             client_private_key=self.tls_key,
         )
-
-    def describe(self) -> str:
-        """Where and how, for a person: ``host:7233 (namespace n, mTLS)``."""
-        how = "mTLS" if self.mutual_tls else "TLS" if self.tls else "plain gRPC"
-        return f"{self.address or 'the embedded server'} (namespace {self.namespace}, {how})"
 
 
 def _profile(
@@ -251,30 +242,45 @@ def _ssl_reason(err: Exception) -> str:
     return re.sub(r"\s*\(_ssl\.c:\d+\)|\[SSL\]\s*", "", str(err)).strip()
 
 
+# what rustls and hyper say when the server ends a connection that TLS set up (or tried to)
+_CLOSED = re.compile(
+    r"close_notify|UnexpectedEof|BrokenPipe|ConnectionReset|Canceled, \"connection closed"
+)
+# the alerts of a server that refuses the client's certificate (or its lack of one)
+_CLIENT_CERT_ALERTS = ("CertificateRequired", "BadCertificate", "UnknownCA", "AccessDenied")
+
+
 def handshake_problem(err: BaseException, tls: bool) -> str | None:
     """What went wrong when a connection to the server was refused for its TLS, for a
-    person; None when ``err`` is not such a failure (an outage, a refused call)."""
+    person; None when ``err`` is not such a failure (an outage, a refused call). A server
+    that refuses a client certificate may end the connection just after the handshake:
+    the first call then fails, in one of several ways (``_CLOSED``)."""
     text = str(err)
     if match := re.search(r"InvalidCertificate\((\w+)", text):
-        kind = match[1]
-        if kind == "UnknownIssuer":
-            return f"the server's certificate is not signed by a trusted CA ({CA})"
-        if kind.startswith("NotValidForName"):
-            expected = re.search(r'expected: \w+\("([^"]+)"\)', text)
-            name = f" {expected[1]}" if expected else ""
-            return f"the server's certificate is not valid for the name{name} ({SERVER_NAME})"
-        if kind == "Expired":
-            return "the server's certificate has expired"
-        return f"the server's certificate was refused: {kind}"
+        return _server_certificate(match[1], text)
+    refused_client = f"it refused the client certificate, or wants one ({CERT}, {KEY})"
+    if match := re.search(r"AlertReceived\((\w+)\)", text):
+        alert = match[1]
+        if alert in _CLIENT_CERT_ALERTS:
+            return f"the server ended the TLS handshake ({alert}): {refused_client}"
+        return f"the server ended the TLS handshake: {alert}"
     if "InvalidContentType" in text or "CorruptMessage" in text:
         return "the server does not speak TLS (TLS is on: TEMPORAL_TLS=false turns it off)"
-    after_connect = "call error after connection" in text
-    closed = re.search(r"close_notify|UnexpectedEof|BrokenPipe|ConnectionReset", text)
-    if after_connect and closed:
+    if "call error after connection" in text and _CLOSED.search(text):
         if tls:
-            return (
-                "the server closed the connection after the TLS handshake: it refused the "
-                f"client certificate, or wants one ({CERT}, {KEY})"
-            )
+            return f"the server closed the connection after the TLS handshake: {refused_client}"
         return "the server closed the connection: does it want TLS? (--tls / TEMPORAL_TLS=true)"
     return None
+
+
+def _server_certificate(kind: str, text: str) -> str:
+    """Why the server's certificate was not accepted (rustls's ``InvalidCertificate``)."""
+    if kind == "UnknownIssuer":
+        return f"the server's certificate is not signed by a trusted CA ({CA})"
+    if kind.startswith("NotValidForName"):
+        expected = re.search(r'expected: \w+\("([^"]+)"\)', text)
+        name = f" {expected[1]}" if expected else ""
+        return f"the server's certificate is not valid for the name{name} ({SERVER_NAME})"
+    if kind == "Expired":
+        return "the server's certificate has expired"
+    return f"the server's certificate was refused: {kind}"
