@@ -105,6 +105,7 @@ from ._workspace import create_agent_workspace_tools, create_builtin_tools
 from .client import (
     DevServer,
     Runtime,
+    TemporalConnection,
     create_runtime,
     create_workflow_mailbox,
     get_default_runtime,
@@ -183,6 +184,7 @@ __all__ = [
     "TeamMessageEvent",
     "TeamRunner",
     "TeamRunnerMessage",
+    "TemporalConnection",
     "TextBlock",
     "ThinkingBlock",
     "TimeoutError",

@@ -1,17 +1,22 @@
 """The ``lattice`` command line: dev server, workers, queries, runs.
 
-Every command connects like :meth:`Runtime.connect`: ``TEMPORAL_ADDRESS`` (with
-``TEMPORAL_NAMESPACE`` and ``TEMPORAL_API_KEY``) names a server; without it the embedded dev
-server under ``LATTICE_HOME`` is started or reused; an unreachable server is retried for
-``LATTICE_RECONNECT_S`` (600 s by default) while stderr says so. Errors are printed as one
-red line on stderr, with exit code 1 (the command failed: a query's error result, a run not
-found, ...), 2 (usage: bad arguments, an APP, AGENT or TEAM that cannot be loaded) or 3 (the
-Temporal server could not be reached, or was lost); set ``LATTICE_DEBUG=1`` to see the
-traceback instead.
+Every command but ``dev`` and ``server`` connects like :meth:`Runtime.connect` and the
+Temporal CLI: its *Connection* flags (``--address``, ``--namespace``, ``--api-key``,
+``--tls/--no-tls``, ``--tls-cert``, ``--tls-key``, ``--tls-ca``, ``--tls-server-name``,
+``--profile``; ``_connect``) over the ``TEMPORAL_*`` environment (``TEMPORAL_ADDRESS``,
+``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, ``TEMPORAL_PROFILE``) over
+the profile file (``TEMPORAL_CONFIG_FILE``); with no address from anywhere the embedded dev
+server under ``LATTICE_HOME`` is started or reused (the ``dev`` extra); an unreachable server
+is retried for ``LATTICE_RECONNECT_S`` (600 s by default) while stderr says so. Errors are
+printed as one red line on stderr, with exit code 1 (the command failed: a query's error
+result, a run not found, a certificate the server refused, a missing namespace, ...), 2
+(usage: bad arguments, an APP, AGENT or TEAM that cannot be loaded, a certificate or profile
+that cannot be read) or 3 (the Temporal server could not be reached, or was lost); set
+``LATTICE_DEBUG=1`` to see the traceback instead.
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
-(runs, setup),
-``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_render`` (how messages look), ``_plumbing`` (consoles, exit codes,
+(runs, setup), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_render`` (how
+messages look), ``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes,
 logging, signals).
 """
 
@@ -43,7 +48,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings=HELP_OPTIONS,
-    epilog="Exit codes: 0 success · 1 the command failed (a query's error result, a run not "
+    epilog="Every command but dev and server connects to the server its Connection options "
+    "(--address, --namespace, --api-key, --tls-*, --profile), the TEMPORAL_* environment or a "
+    "Temporal profile name, else to the embedded one.\n\n"
+    "Exit codes: 0 success · 1 the command failed (a query's error result, a run not "
     "found) · 2 usage (bad arguments, an APP, AGENT or TEAM that cannot be loaded) · 3 the "
     "Temporal server could not be reached or was lost · 130 after Ctrl-C.",
 )

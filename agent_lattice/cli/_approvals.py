@@ -12,10 +12,13 @@ from rich.table import Table
 from .._approvals import check_decision
 from .._errors import OptionError
 from ..client._approvals import decide, list_pending_approvals
+from ..client._connection import TemporalConnection
 from ..client._runtime import Runtime
+from ._connect import connection_options
 from ._plumbing import errors_as_exit, execute, stdout
 
 
+@connection_options
 def approvals(
     workflow_id: Annotated[
         str | None,
@@ -24,13 +27,17 @@ def approvals(
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON object per request on stdout.")
     ] = False,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """List the tool calls waiting for a person's approval, oldest first."""
-    execute(lambda: _approvals(workflow_id, json_lines))
+    execute(lambda: _approvals(connection, workflow_id, json_lines))
 
 
-async def _approvals(workflow_id: str | None, json_lines: bool) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+async def _approvals(
+    connection: TemporalConnection, workflow_id: str | None, json_lines: bool
+) -> int:
+    runtime = await Runtime.connect(connection=connection, inline_workers=False)
     try:
         pending = await list_pending_approvals(workflow_id, runtime=runtime)
     finally:
@@ -58,6 +65,7 @@ async def _approvals(workflow_id: str | None, json_lines: bool) -> int:
     return 0
 
 
+@connection_options
 def approve(
     workflow_id: Annotated[str, typer.Argument(help="The run that waits.")],
     approval_id: Annotated[str, typer.Argument(help="Its approval id (see `lattice approvals`).")],
@@ -67,6 +75,8 @@ def approve(
             "--input", help="The tool's input to run with instead of the model's (a JSON object)."
         ),
     ] = None,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Allow a waiting tool call: it runs, and the query continues.
 
@@ -76,15 +86,18 @@ def approve(
     with errors_as_exit():
         given = _json_object(updated_input) if updated_input is not None else None
         decision = check_decision(approval_id, "allow", None, given)
-    execute(lambda: _decide(workflow_id, decision, "allowed"))
+    execute(lambda: _decide(connection, workflow_id, decision, "allowed"))
 
 
+@connection_options
 def deny(
     workflow_id: Annotated[str, typer.Argument(help="The run that waits.")],
     approval_id: Annotated[str, typer.Argument(help="Its approval id (see `lattice approvals`).")],
     message: Annotated[
         str, typer.Option("--message", "-m", help="Why: the model gets it as the tool's result.")
     ],
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Deny a waiting tool call: the model gets an error tool_result with the message.
 
@@ -92,11 +105,13 @@ def deny(
     """
     with errors_as_exit():
         decision = check_decision(approval_id, "deny", message, None)
-    execute(lambda: _decide(workflow_id, decision, "denied"))
+    execute(lambda: _decide(connection, workflow_id, decision, "denied"))
 
 
-async def _decide(workflow_id: str, decision: Any, done: str) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+async def _decide(
+    connection: TemporalConnection, workflow_id: str, decision: Any, done: str
+) -> int:
+    runtime = await Runtime.connect(connection=connection, inline_workers=False)
     try:
         await decide(runtime.client, workflow_id, decision)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import ConfigurationError
+from ..client._connection import TemporalConnection
 from ..client._orphans import owner_of
 from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
@@ -39,11 +39,13 @@ from ..workflows._visibility import (
     SESSION,
     compact_tokens,
 )
+from ._connect import connection_options
 from ._plumbing import EXIT_FAILED, EXIT_USAGE, client_target, execute, fail, stderr, stdout
 
 __all__ = ["runs", "setup"]
 
 
+@connection_options
 def runs(
     limit: Annotated[int, typer.Option(help="How many runs to list, newest first.")] = 20,
     agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
@@ -65,29 +67,32 @@ def runs(
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON object per run on stdout, nothing else.")
     ] = False,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """List recent agent runs (AgentWorkflow executions) with their outcome, tokens and cost.
 
-    Connects to TEMPORAL_ADDRESS or to the embedded server if it is running; it never
-    starts one (with none running it says so: there are no runs to list).
+    Connects to the configured server (--address, TEMPORAL_ADDRESS, a profile) or to the
+    embedded server if it is running; it never starts one (with none running it says so: there are no runs to list).
     """
     try:
         where = _filters(agent, session, outcome, since, query)
     except ValueError as err:
         fail(str(err))
         raise typer.Exit(EXIT_USAGE) from None
-    execute(lambda: _runs(limit, where, json_lines))
+    execute(lambda: _runs(connection, limit, where, json_lines))
 
 
-def setup() -> None:
+@connection_options
+def setup(*, connection: TemporalConnection) -> None:
     """Register the Lattice search attributes (LatticeAgent, LatticeOutcome, LatticeCostUsd,
-    …) on the server (TEMPORAL_ADDRESS, or the embedded one, which has them already), so
+    …) on the server (the configured one, or the embedded one, which has them already), so
     runs can be found by agent, session, model, outcome, tokens and cost. Idempotent."""
-    execute(_setup)
+    execute(lambda: _setup(connection))
 
 
-async def _setup() -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+async def _setup(connection: TemporalConnection) -> int:
+    runtime = await Runtime.connect(connection=connection, inline_workers=False)
     try:
         added = await register_attributes(runtime.client)
     except RPCError as err:
@@ -148,22 +153,25 @@ def _since(value: str) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-async def _connect() -> Runtime | None:
+async def _connect(connection: TemporalConnection) -> Runtime | None:
     """The configured server, or the embedded one if it runs; None when neither."""
-    if os.environ.get("TEMPORAL_ADDRESS"):
-        return await Runtime.connect(inline_workers=False)
-    server = DevServer.running(_settings.lattice_home())
-    if server is None:
-        return None
-    return await Runtime.connect(server.address, inline_workers=False)
+    if connection.address is None:
+        server = DevServer.running(_settings.lattice_home())
+        if server is None:
+            return None
+        connection = connection.embedded(server.address)
+    return await Runtime.connect(connection=connection, inline_workers=False)
 
 
-async def _runs(limit: int, where: str | None, json_lines: bool) -> int:
-    runtime = await _connect()
+async def _runs(
+    connection: TemporalConnection, limit: int, where: str | None, json_lines: bool
+) -> int:
+    runtime = await _connect(connection)
     if runtime is None:
         stderr.print(
             Text(
-                "no Temporal server is running: TEMPORAL_ADDRESS is not set and the embedded "
+                "no Temporal server is running: none is configured (--address, "
+                "TEMPORAL_ADDRESS, a profile) and the embedded "
                 f"server under {_settings.lattice_home()} is not started (`lattice dev` or any "
                 "query starts it), so there are no runs to list",
                 "yellow",

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
@@ -16,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
@@ -57,10 +56,18 @@ def _describe_error(err: BaseException) -> str:
     return text
 
 
+# the server this command connects to, as its connection flags and settings name it
+_configured: list[str | None] = [None]
+
+
+def set_server_address(address: str | None) -> None:
+    _configured[0] = address
+
+
 def _server_address() -> str:
-    """The server a command connects to: ``TEMPORAL_ADDRESS``, else the embedded one."""
+    """The server a command connects to: the configured one, else the embedded one."""
     recorded = DevServer.recorded(_settings.lattice_home())
-    return os.environ.get("TEMPORAL_ADDRESS") or (recorded.address if recorded else "?")
+    return _configured[0] or (recorded.address if recorded else "?")
 
 
 # Exit codes: a query's error result and other failures, usage errors (typer's own and an
@@ -143,4 +150,9 @@ def on_signals(handler: Callable[[int], None], *signals: int) -> Iterator[None]:
 
 
 def client_target(client: Client) -> str:
-    return f"{client.service_client.config.target_host} (namespace {client.namespace})"
+    """``host:7233 (namespace default, mTLS)``: where a command works, and how securely."""
+    tls = client.service_client.config.tls
+    how = "mTLS" if isinstance(tls, TLSConfig) and tls.client_cert else "TLS" if tls else ""
+    return f"{client.service_client.config.target_host} (namespace {client.namespace}" + (
+        f", {how})" if how else ")"
+    )

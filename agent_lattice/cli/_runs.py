@@ -21,6 +21,7 @@ from .._messages import (
     SystemMessage,
 )
 from .._team import Team
+from ..client._connection import TemporalConnection
 from ..client._orphans import (
     RunState,
     orphan_hint,
@@ -31,6 +32,7 @@ from ..client._orphans import (
 from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
 from ..worker._worker import resolve_agent
+from ._connect import connection_options
 from ._plumbing import (
     EXIT_FAILED,
     errors_as_exit,
@@ -47,6 +49,7 @@ from ._render import Renderer
 WORKER_HINT_AFTER_S = 5.0
 
 
+@connection_options
 def run(
     target: Annotated[
         str,
@@ -78,6 +81,8 @@ def run(
             show_default=False,
         ),
     ] = None,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Run one query and watch it: streamed text, tool calls, tool results, the result.
 
@@ -91,13 +96,20 @@ def run(
         agent = resolve_agent(target)
     execute(
         lambda: _run(
-            agent, prompt, json_lines=json_lines, stream=not no_stream, serve=serve, otel=otel
+            connection,
+            agent,
+            prompt,
+            json_lines=json_lines,
+            stream=not no_stream,
+            serve=serve,
+            otel=otel,
         ),
         spinner=not json_lines,
     )
 
 
 async def _run(
+    connection: TemporalConnection,
     agent: Agent | Team,
     prompt: str,
     *,
@@ -106,7 +118,7 @@ async def _run(
     serve: bool | None,
     otel: bool | None = None,
 ) -> int:
-    runtime = await Runtime.connect(inline_workers=False, otel=otel)
+    runtime = await Runtime.connect(connection=connection, inline_workers=False, otel=otel)
     try:
         return await _run_query(runtime, agent, prompt, json_lines, stream, serve)
     finally:
@@ -214,6 +226,7 @@ async def _aclose(messages: AsyncIterator[Any]) -> None:
         await close()
 
 
+@connection_options
 def interrupt(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
     force: Annotated[
@@ -224,17 +237,19 @@ def interrupt(
             "its agent, until it ends interrupted; its completed turns stay in its session.",
         ),
     ] = False,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Interrupt a running query: it ends with the result subtype `interrupted`.
 
     Exit code 1 when no worker serves the run (nothing would happen until it is adopted)
     and --force was not given, or when there is no such run.
     """
-    execute(lambda: _interrupt(workflow_id, force))
+    execute(lambda: _interrupt(connection, workflow_id, force))
 
 
-async def _interrupt(workflow_id: str, force: bool) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+async def _interrupt(connection: TemporalConnection, workflow_id: str, force: bool) -> int:
+    runtime = await Runtime.connect(connection=connection, inline_workers=False)
     try:
         state = await _state_or_none(runtime, workflow_id)
         if state is None:
@@ -273,6 +288,7 @@ async def _state_or_none(runtime: Runtime, workflow_id: str) -> RunState | None:
     return None
 
 
+@connection_options
 def attach(
     workflow_id: Annotated[str, typer.Argument(help="The workflow id of the run.")],
     json_lines: Annotated[
@@ -281,17 +297,24 @@ def attach(
     no_stream: Annotated[
         bool, typer.Option("--no-stream", help="Durable messages only, no live tokens.")
     ] = False,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Print the messages of a run from its start, following it until its result.
 
     While the run goes on, its live tokens show too (read from the worker that runs the
     model request: it must be reachable at the address its identity names).
     """
-    execute(lambda: _attach(workflow_id, json_lines, not no_stream), spinner=not json_lines)
+    execute(
+        lambda: _attach(connection, workflow_id, json_lines, not no_stream),
+        spinner=not json_lines,
+    )
 
 
-async def _attach(workflow_id: str, json_lines: bool, live: bool) -> int:
-    runtime = await Runtime.connect(inline_workers=False)
+async def _attach(
+    connection: TemporalConnection, workflow_id: str, json_lines: bool, live: bool
+) -> int:
+    runtime = await Runtime.connect(connection=connection, inline_workers=False)
     try:
         # a team lead's query may be about to start: durable_messages waits for it then
         if not await team_may_start(runtime.client, workflow_id):

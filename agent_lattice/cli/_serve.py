@@ -16,11 +16,13 @@ from temporalio.client import Client
 from .._agent import Agent
 from .._settings import lattice_home
 from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..client._connection import TemporalConnection
 from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app
+from ._connect import connection_options
 from ._plumbing import (
     HELP_OPTIONS,
     client_target,
@@ -166,7 +168,8 @@ async def _dev(
         stderr.print(Text("TEMPORAL_ADDRESS is ignored by `lattice dev`", style="yellow"))
     if agents is None:
         return 0
-    runtime = await Runtime.connect(server.address, inline_workers=False, quiet=True)
+    embedded = TemporalConnection(address=server.address)  # TEMPORAL_* is not for it
+    runtime = await Runtime.connect(connection=embedded, inline_workers=False, quiet=True)
     runtime.watch.home = home  # the server is ours: started again if it dies
     try:
         return await _serve_agents(runtime.client, agents, shutdown_s, watch=runtime.watch)
@@ -181,6 +184,7 @@ def _print_server(server: DevServer, state: str) -> None:
     stdout.print(Text.assemble(("  data  ", "dim"), server.home))
 
 
+@connection_options
 def worker(
     app_ref: Annotated[
         str, typer.Argument(metavar="APP", help="Module (pkg.mod) or file (path/app.py).")
@@ -211,6 +215,8 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Run workers for the agents of APP (one per task queue) until SIGINT/SIGTERM.
 
@@ -219,17 +225,20 @@ def worker(
     """
     with errors_as_exit():
         agents = app_agents(load_app(app_ref))
-    execute(lambda: _worker(agents, shutdown_timeout, tool_threads, otel, metrics_port))
+    execute(lambda: _worker(connection, agents, shutdown_timeout, tool_threads, otel, metrics_port))
 
 
 async def _worker(
+    connection: TemporalConnection,
     agents: dict[str, Agent],
     shutdown_s: float,
     tool_threads: int,
     otel: bool | None = None,
     metrics_port: int | None = None,
 ) -> int:
-    runtime = await Runtime.connect(inline_workers=False, otel=otel, metrics_port=metrics_port)
+    runtime = await Runtime.connect(
+        connection=connection, inline_workers=False, otel=otel, metrics_port=metrics_port
+    )
     try:
         return await _serve_agents(
             runtime.client, agents, shutdown_s, tool_threads, watch=runtime.watch

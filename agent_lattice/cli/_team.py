@@ -9,8 +9,10 @@ from rich import box
 from rich.table import Table
 
 from .._errors import LatticeError
+from ..client._connection import TemporalConnection
 from ..client._runtime import Runtime
 from ..worker._worker import load_app
+from ._connect import connection_options, default_connection
 from ._plumbing import HELP_OPTIONS, errors_as_exit, execute, print_json, stdout, waiting
 from ._render import one_line
 
@@ -52,12 +54,15 @@ def _member_mailbox(team: Any, member: str) -> str:
 
 
 @team_app.command("send")
+@connection_options
 def team_send(
     target: TeamTarget,
     to: Annotated[str, typer.Argument(help="A member name (or mailbox id).")],
     body: Annotated[str, typer.Argument(help="The message.")],
     sender: Annotated[str, typer.Option("--from", help="Sender mailbox or member.")] = "user",
     subject: Annotated[str | None, typer.Option(help="A subject line.")] = None,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Put a message in a member's mailbox (exit code 2 for a member the team lacks)."""
     with errors_as_exit():
@@ -66,7 +71,7 @@ def team_send(
 
     async def main() -> int:
         # connected, so that a query of the team running elsewhere is told of the mail
-        runtime = await Runtime.connect(inline_workers=False)
+        runtime = await Runtime.connect(connection=connection, inline_workers=False)
         team.lead.bind_runtime(runtime)
         try:
             sent = await team.send(to, body, from_=sender, subject=subject)
@@ -79,11 +84,14 @@ def team_send(
 
 
 @team_app.command("drain")
+@connection_options
 def team_drain(
     target: TeamTarget,
     max_rounds: Annotated[int, typer.Option(help="Rounds over the members.")] = 5,
     max_messages: Annotated[int, typer.Option(help="Messages to process at most.")] = 20,
     json_out: Json = False,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """Let each member work on the pending messages of its own mailbox (never re-routes).
 
@@ -95,7 +103,8 @@ def team_drain(
 
     async def main() -> int:
         waiting.show(f"draining {team.name}'s mailboxes…")
-        result = await team.drain(max_rounds=max_rounds, max_messages=max_messages)
+        async with default_connection(connection):
+            result = await team.drain(max_rounds=max_rounds, max_messages=max_messages)
         waiting.hide()
         failed = {m.id for m in result.failed}
         if json_out:
@@ -117,17 +126,21 @@ def team_drain(
 
 
 @team_app.command("status")
-def team_status(target: TeamTarget, json_out: Json = False) -> None:
+@connection_options
+def team_status(
+    target: TeamTarget, json_out: Json = False, *, connection: TemporalConnection
+) -> None:
     """Message counts per mailbox and status (--json: one object per mailbox and line)."""
     with errors_as_exit():
         team = _resolve_team(target)
 
     async def main() -> int:
         rows: list[dict[str, Any]] = []
-        for name in ["lead", *(m.name for m in team.members)]:
-            messages = await team.mailbox.inbox(team.mailbox_id(name))
-            counts = {s: sum(m.status == s for m in messages) for s in STATUSES}
-            rows.append({"mailbox": team.mailbox_id(name), **counts})
+        async with default_connection(connection):
+            for name in ["lead", *(m.name for m in team.members)]:
+                messages = await team.mailbox.inbox(team.mailbox_id(name))
+                counts = {s: sum(m.status == s for m in messages) for s in STATUSES}
+                rows.append({"mailbox": team.mailbox_id(name), **counts})
         if json_out:
             for row in rows:
                 print_json(row)
@@ -144,11 +157,14 @@ def team_status(target: TeamTarget, json_out: Json = False) -> None:
 
 
 @team_app.command("inbox")
+@connection_options
 def team_inbox(
     target: TeamTarget,
     member: Annotated[str, typer.Argument(help="A member name, or lead.")],
     status: Annotated[str | None, typer.Option(help="Only messages in this status.")] = None,
     json_out: Json = False,
+    *,
+    connection: TemporalConnection,
 ) -> None:
     """The messages of one member's mailbox (--json: one message object per line; exit code
     2 for a member the team lacks)."""
@@ -159,7 +175,9 @@ def team_inbox(
             raise LatticeError(f"--status must be one of {', '.join(STATUSES)}; got {status!r}")
 
     async def main() -> int:
-        for m in await team.mailbox.inbox(mailbox, status=status):
+        async with default_connection(connection):
+            messages = await team.mailbox.inbox(mailbox, status=status)
+        for m in messages:
             if json_out:
                 print_json(m.model_dump(mode="json"))
                 continue

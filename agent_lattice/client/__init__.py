@@ -4,6 +4,7 @@ from .._agent import register_query_runner
 from .._team import register_default_mailbox, register_mail_announcer
 from ..workflows._types import ActivitySettings
 from ._approvals import list_pending_approvals, resolve_approval
+from ._connection import TemporalConnection
 from ._default import create_runtime, get_default_runtime, set_default_runtime
 from ._mailbox import announce_mail, create_workflow_mailbox
 from ._query import QueryRun
@@ -21,6 +22,7 @@ __all__ = [
     "ActivitySettings",
     "DevServer",
     "Runtime",
+    "TemporalConnection",
     "create_runtime",
     "create_workflow_mailbox",
     "get_default_runtime",

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ._connection import TemporalConnection
 from ._runtime import Runtime
 
 __all__ = [
+    "connect_default_with",
     "create_runtime",
     "default_runtime_if_any",
     "get_default_runtime",
@@ -16,6 +18,13 @@ __all__ = [
 
 _DEFAULT: dict[int, Runtime] = {}
 _DEFAULT_LOCKS: dict[int, asyncio.Lock] = {}
+# what the process runtime connects with (the CLI's flags); None: Runtime.connect()'s own
+_CONNECTION: list[TemporalConnection | None] = [None]
+
+
+def connect_default_with(connection: TemporalConnection | None) -> None:
+    """Connect the process runtime with ``connection`` when it is first made."""
+    _CONNECTION[0] = connection
 
 
 async def get_default_runtime() -> Runtime:
@@ -25,7 +34,7 @@ async def get_default_runtime() -> Runtime:
     async with lock:
         runtime = _DEFAULT.get(loop_id)
         if runtime is None:
-            runtime = await Runtime.connect()
+            runtime = await Runtime.connect(connection=_CONNECTION[0])
             _DEFAULT[loop_id] = runtime
         return runtime
 
@@ -47,5 +56,7 @@ def set_default_runtime(runtime: Runtime | None) -> None:
 async def create_runtime(address: str | None = None, **options: Any) -> Runtime:
     """A connected :class:`Runtime`: the same as ``Runtime.connect(address, **options)``
     (``otel=True`` traces its queries with OpenTelemetry, ``metrics_port=`` serves metrics,
-    ``inline_workers=``, ``namespace=``, ``api_key=``, ``settings=``, ``reconnect_s=``)."""
+    ``inline_workers=``, ``namespace=``, ``api_key=``, ``tls=``, ``tls_cert=``, ``tls_key=``,
+    ``tls_ca=``, ``tls_server_name=``, ``profile=``, ``connection=``, ``settings=``,
+    ``reconnect_s=``)."""
     return await Runtime.connect(address, **options)

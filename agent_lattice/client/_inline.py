@@ -1,0 +1,58 @@
+"""Inline workers' tasks: how they end with a plain script's event loop, and what they
+preload while its first query starts."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import sys
+import threading
+from typing import Any
+
+__all__ = ["WORKER_SHUTDOWN_GRACE_S", "WorkerTask", "preload_provider_sdk"]
+
+
+class _QuietCancelledEviction(logging.Filter):
+    """A plain script ends with ``asyncio.run`` cancelling every task, inline workers included;
+    the eviction jobs it cancels are harmless there, so their errors are not shown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage().startswith("Failed running eviction job")
+            and isinstance(exc, asyncio.CancelledError)
+        )
+
+
+logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
+
+
+WORKER_SHUTDOWN_GRACE_S = 2.0
+
+
+class WorkerTask(asyncio.Task):  # type: ignore[type-arg]
+    """Runs an inline worker. A plain script ends with ``asyncio.run`` cancelling every task:
+    the worker then shuts down gracefully, but Temporal Core's final step can wait forever on
+    work that the same teardown cancelled. A second cancel after a grace period ends the wait
+    (the worker treats it as shutdown done), so the script exits."""
+
+    _teardown_scheduled = False
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done() and not self._teardown_scheduled:
+            self._teardown_scheduled = True
+            self.get_loop().call_later(WORKER_SHUTDOWN_GRACE_S, asyncio.Task.cancel, self)
+        return super().cancel(msg)
+
+
+_PRELOADING: list[threading.Thread] = []
+
+
+def preload_provider_sdk() -> None:
+    """The ``anthropic`` SDK takes seconds to import; an inline worker's first model request
+    would wait for it. Import it in the background while the query starts."""
+    if not _PRELOADING and "anthropic" not in sys.modules:
+        thread = threading.Thread(target=importlib.import_module, args=("anthropic",), daemon=True)
+        _PRELOADING.append(thread)
+        thread.start()
