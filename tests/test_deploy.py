@@ -215,6 +215,9 @@ def test_every_environment_variable_given_to_a_lattice_process_is_one_the_code_r
     assert PENDING_NAMES - unread == set(), (
         f"now read by the code, remove from PENDING_NAMES: {PENDING_NAMES - unread}"
     )
+    guide = (DEPLOY / "README.md").read_text()
+    undocumented = {n for n in set(given) - INTERPRETER if not re.search(rf"\b{n}\b", guide)}
+    assert not undocumented, f"deploy/README.md does not say what these are: {undocumented}"
 
 
 def test_the_checker_tells_a_name_the_code_reads_from_one_it_does_not(reads):
