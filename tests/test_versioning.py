@@ -46,6 +46,14 @@ async def test_queries_are_pinned_and_mailboxes_auto_upgrade(make_agent, lattice
         agent.task_queue: VersioningBehavior.PINNED,
         mailbox_task_queue(): VersioningBehavior.AUTO_UPGRADE,
     }
+    with pytest.raises(ConfigurationError, match="give the worker deployment once"):
+        create_workers(
+            lattice_runtime.client,
+            [agent],
+            deployment_name="fleet",
+            build_id="v2",
+            deployment_config=deployment_config("fleet", "v1"),
+        )
     unversioned = create_workers(lattice_runtime.client, [agent])
     assert [w.config(active_config=True).get("deployment_config") for w in unversioned] == [
         None,
