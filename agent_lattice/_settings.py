@@ -13,7 +13,9 @@ from ._errors import ConfigurationError
 
 __all__ = [
     "RECONNECT_ENV",
+    "build_id",
     "debug",
+    "deployment_name",
     "inline_limit",
     "inline_workers",
     "lattice_home",
@@ -113,3 +115,15 @@ def metrics_port() -> int | None:
     if not 0 < port < 65536:
         raise ConfigurationError(f"LATTICE_METRICS_PORT={raw!r} is not a port number")
     return port
+
+
+def deployment_name() -> str | None:
+    """``LATTICE_DEPLOYMENT_NAME``: the Temporal worker deployment a ``lattice worker`` joins
+    (with ``LATTICE_BUILD_ID``; see ``worker/_versioning``), or None when unset."""
+    return os.environ.get("LATTICE_DEPLOYMENT_NAME", "").strip() or None
+
+
+def build_id() -> str | None:
+    """``LATTICE_BUILD_ID``: the build of the code a ``lattice worker`` runs, within its
+    deployment (``LATTICE_DEPLOYMENT_NAME``), or None when unset."""
+    return os.environ.get("LATTICE_BUILD_ID", "").strip() or None

@@ -5,9 +5,10 @@ import asyncio
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import hypothesis  # noqa: F401 - imported before any thread starts (see below)
@@ -62,6 +63,55 @@ def make_calculator(calls: list[str] | None = None, **options: object):
         return ToolResult(content=str(int(left) + int(right)))
 
     return tool("calculator", "Add two integers written as 'a+b'", Expr, calculator, **options)
+
+
+# -- Postgres: a testcontainers one where Docker answers, else the machine's service ------
+
+
+def docker_unreachable(timeout: float = 1.0) -> str | None:
+    """None when a Docker daemon answers ``GET /_ping`` at ``DOCKER_HOST`` (default the local
+    socket), else why not. Asked directly, with a short timeout: docker-py, which
+    testcontainers uses, would wait a minute for a daemon that is not there."""
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    scheme, _, where = host.partition("://")
+    try:
+        if scheme == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(where)
+        elif scheme == "tcp":
+            name, _, port = where.rpartition(":")
+            sock = socket.create_connection((name, int(port)), timeout=timeout)
+        else:
+            return f"DOCKER_HOST={host} is not probed (unix:// and tcp:// are)"
+        with sock:
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            answer = sock.recv(1024)
+    except OSError as err:
+        return f"no Docker daemon at {host} ({err.strerror or err})"
+    return (
+        None
+        if answer.startswith(b"HTTP/1.") and b" 200 " in answer[:16]
+        else (f"{host} did not answer like a Docker daemon")
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A Postgres for the tests of Postgres stores: a throwaway testcontainers one when a
+    Docker daemon answers, else ``LATTICE_TEST_POSTGRES_DSN`` (the machine's service;
+    ``.ci/run`` sets it); the tests skip, naming both reasons, when there is neither."""
+    unreachable = docker_unreachable()
+    if unreachable is None:
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    dsn = os.environ.get("LATTICE_TEST_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip(f"no Postgres: {unreachable}, and LATTICE_TEST_POSTGRES_DSN is not set")
+    yield dsn
 
 
 @pytest_asyncio.fixture

@@ -32,8 +32,6 @@ from agent_lattice.testing import (
 
 from conftest import API_KEY, make_calculator
 
-POSTGRES_DSN = os.environ.get("LATTICE_TEST_POSTGRES_DSN")
-
 
 async def test_jsonl_store_seeds_then_mirrors_every_message(make_agent, fake_anthropic, tmp_path):
     path = tmp_path / "sessions" / "ada.jsonl"
@@ -152,31 +150,28 @@ async def test_jsonl_store_conformance(tmp_path):
     await check_history_store_conformance(lambda: create_jsonl_history_store(path=path))
 
 
-@pytest.mark.skipif(
-    not POSTGRES_DSN, reason="LATTICE_TEST_POSTGRES_DSN is not set (.ci/run sets it)"
-)
-async def test_postgres_store_conformance_and_isolation():
+async def test_postgres_store_conformance_and_isolation(postgres_dsn):
     table = f"lattice_history_test_{uuid.uuid4().hex[:8]}"
     conversation = "conv-a"
     try:
         await check_history_store_conformance(
             lambda: create_postgres_history_store(
-                dsn=POSTGRES_DSN, conversation_id=conversation, table=table, fail_on_error=True
+                dsn=postgres_dsn, conversation_id=conversation, table=table, fail_on_error=True
             )
         )
         other = create_postgres_history_store(
-            dsn=POSTGRES_DSN, conversation_id="conv-b", table=table, fail_on_error=True
+            dsn=postgres_dsn, conversation_id="conv-b", table=table, fail_on_error=True
         )
         await other.append(ModelMessage(role="user", content="b only"))
         mine = create_postgres_history_store(
-            dsn=POSTGRES_DSN, conversation_id=conversation, table=table, fail_on_error=True
+            dsn=postgres_dsn, conversation_id=conversation, table=table, fail_on_error=True
         )
         assert await mine.load() == []
         assert [m.content for m in await other.load()] == ["b only"]
     finally:
         import psycopg
 
-        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
             await conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import uuid
 
@@ -19,8 +18,6 @@ from agent_lattice import (
     mailbox_id,
 )
 from agent_lattice.testing import check_mailbox_conformance
-
-POSTGRES_DSN = os.environ.get("LATTICE_TEST_POSTGRES_DSN")
 
 
 async def test_memory_mailbox_conformance():
@@ -98,19 +95,16 @@ async def test_workflow_mailbox_keeps_its_messages_across_continue_as_new(lattic
         await box.set_status(first_done.id, "failed")  # refused by the update's validator
 
 
-@pytest.mark.skipif(
-    not POSTGRES_DSN, reason="LATTICE_TEST_POSTGRES_DSN is not set (.ci/run sets it)"
-)
-async def test_postgres_mailbox_conformance():
+async def test_postgres_mailbox_conformance(postgres_dsn):
     import psycopg
 
     table = f"lattice_team_test_{uuid.uuid4().hex[:8]}"
     try:
         await check_mailbox_conformance(
-            lambda: create_postgres_mailbox(dsn=POSTGRES_DSN, table=table)
+            lambda: create_postgres_mailbox(dsn=postgres_dsn, table=table)
         )
     finally:
-        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
             await conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 

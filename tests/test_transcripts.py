@@ -4,7 +4,6 @@ results and prompts are stored once, and everything a user sees is resolved."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import uuid
 
@@ -128,20 +127,15 @@ async def test_long_query_continues_as_new_invisibly(lattice_server, fake_anthro
         await runtime.close()
 
 
-POSTGRES_DSN = os.environ.get("LATTICE_TEST_POSTGRES_DSN")
-
-
-def _store(kind: str, tmp_path):
+def _store(kind: str, tmp_path, request: pytest.FixtureRequest):
     if kind == "sqlite":
         return SqliteTranscriptStore(tmp_path / "t.db")
-    if not POSTGRES_DSN:
-        pytest.skip("LATTICE_TEST_POSTGRES_DSN is not set (.ci/run sets it)")
-    return PostgresTranscriptStore(POSTGRES_DSN)
+    return PostgresTranscriptStore(request.getfixturevalue("postgres_dsn"))
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-async def test_transcript_stores_are_content_addressed_and_idempotent(kind, tmp_path):
-    store, name = _store(kind, tmp_path), kind
+async def test_transcript_stores_are_content_addressed_and_idempotent(kind, tmp_path, request):
+    store, name = _store(kind, tmp_path, request), kind
     head = await store.append(None, SAMPLE_CONVERSATION[:2])
     again = await store.append(None, SAMPLE_CONVERSATION[:2])  # a retried activity
     assert head == again, name
@@ -164,13 +158,13 @@ async def test_transcript_stores_are_content_addressed_and_idempotent(kind, tmp_
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-async def test_tool_call_records_keep_the_first_result(kind, tmp_path):
+async def test_tool_call_records_keep_the_first_result(kind, tmp_path, request):
     """A finished tool call's result under its idempotency key: a start mark gives way to
     the result, a later attempt's result does not replace the first."""
     if kind == "sqlite":  # a store made before the table existed gets it when opened
         with sqlite3.connect(tmp_path / "t.db") as db:
             db.execute("CREATE TABLE lattice_blobs (ref TEXT PRIMARY KEY, data TEXT NOT NULL)")
-    store = _store(kind, tmp_path)
+    store = _store(kind, tmp_path, request)
     key = f"wf-{uuid.uuid4().hex}/toolu_1"
     assert await store.tool_call(key) == (False, None)
     await store.tool_call_started(key)

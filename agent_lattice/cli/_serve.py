@@ -12,7 +12,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 from temporalio.client import Client
+from temporalio.worker import WorkerDeploymentConfig
 
+from .. import _settings
 from .._agent import Agent
 from .._settings import lattice_home
 from ..activities._tools import DEFAULT_TOOL_THREADS
@@ -21,6 +23,7 @@ from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
+from ..worker._versioning import deployment_config
 from ..worker._worker import app_agents, create_workers, load_app
 from ._connect import connection_options
 from ._plumbing import (
@@ -47,6 +50,7 @@ async def _serve_agents(
     shutdown_s: float,
     tool_threads: int = DEFAULT_TOOL_THREADS,
     watch: ServerWatch | None = None,
+    deployment: WorkerDeploymentConfig | None = None,
 ) -> int:
     """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down;
     or until ``watch`` has seen the server unreachable for its reconnect limit (exit 3)."""
@@ -55,10 +59,18 @@ async def _serve_agents(
         agents.values(),
         tool_threads=tool_threads,
         graceful_shutdown_timeout=timedelta(seconds=shutdown_s),
+        deployment_config=deployment,
     )
     stdout.print(
         f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {client_target(client)}"
     )
+    if deployment is not None:
+        stdout.print(
+            Text.assemble(
+                ("  worker deployment version ", "dim"),
+                (deployment.version.to_canonical_string(), "cyan"),
+            )
+        )
     for attr, agent in agents.items():
         tools = ", ".join(t.name for t in agent.tools) or "no tools"
         stdout.print(
@@ -215,6 +227,24 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="Temporal Worker Versioning: the worker deployment these workers belong to, "
+            "with --build-id (default LATTICE_DEPLOYMENT_NAME). Queries stay on the build "
+            "that started them; new ones go to the deployment's current version.",
+            show_default=False,
+        ),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ID",
+            help="The build of this code within --deployment (default LATTICE_BUILD_ID).",
+            show_default=False,
+        ),
+    ] = None,
     *,
     connection: TemporalConnection,
 ) -> None:
@@ -224,8 +254,15 @@ def worker(
     Queries started with `lattice run` or `agent.query()` from anywhere run here.
     """
     with errors_as_exit():
+        versioning = deployment_config(
+            deployment or _settings.deployment_name(), build_id or _settings.build_id()
+        )
         agents = app_agents(load_app(app_ref))
-    execute(lambda: _worker(connection, agents, shutdown_timeout, tool_threads, otel, metrics_port))
+    execute(
+        lambda: _worker(
+            connection, agents, shutdown_timeout, tool_threads, otel, metrics_port, versioning
+        )
+    )
 
 
 async def _worker(
@@ -235,13 +272,14 @@ async def _worker(
     tool_threads: int,
     otel: bool | None = None,
     metrics_port: int | None = None,
+    deployment: WorkerDeploymentConfig | None = None,
 ) -> int:
     runtime = await Runtime.connect(
         connection=connection, inline_workers=False, otel=otel, metrics_port=metrics_port
     )
     try:
         return await _serve_agents(
-            runtime.client, agents, shutdown_s, tool_threads, watch=runtime.watch
+            runtime.client, agents, shutdown_s, tool_threads, runtime.watch, deployment
         )
     finally:
         await runtime.close()

@@ -26,6 +26,7 @@ from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._registry import AgentRegistry
 from ._server_wait import ServerWaitInterceptor
 from ._telemetry import tracing_interceptor
+from ._versioning import versioned_for
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -145,7 +146,11 @@ class LatticePlugin(SimplePlugin):
         own = [p for p in config.get("plugins") or () if isinstance(p, LatticePlugin)]
         if own and self not in own:
             return config  # a client's plugin: the worker's own LatticePlugin wires it
-        if config.get("task_queue") == mailbox_task_queue():
+        mailboxes = config.get("task_queue") == mailbox_task_queue()
+        deployment = config.get("deployment_config")
+        if deployment is not None:  # a versioned worker: the behaviour of its queue's runs
+            config["deployment_config"] = versioned_for(deployment, mailboxes=mailboxes)
+        if mailboxes:
             return self._mailbox.configure_worker(config)
         config = super().configure_worker(config)
         client = config.get("client")

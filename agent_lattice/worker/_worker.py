@@ -26,6 +26,7 @@ from .._errors import ConfigurationError
 from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
+from ._versioning import deployment_config
 
 __all__ = ["app_agents", "create_worker", "create_workers", "load_app", "resolve_agent"]
 
@@ -107,17 +108,36 @@ def resolve_agent(target: str) -> Agent | Team:
     return Agent(agent.config)
 
 
+def _versioned(
+    options: dict[str, Any], deployment_name: str | None, build_id: str | None
+) -> dict[str, Any]:
+    """``options`` with the worker deployment of ``deployment_name``/``build_id`` set."""
+    config = deployment_config(deployment_name, build_id)
+    if config is not None:
+        if options.get("deployment_config") is not None:
+            raise ConfigurationError(
+                "give the worker deployment once: deployment_name/build_id or deployment_config"
+            )
+        options = {**options, "deployment_config": config}
+    return options
+
+
 def create_worker(
     client: Client,
     agents: Iterable[Agent],
     *,
     task_queue: str,
     tool_threads: int = DEFAULT_TOOL_THREADS,
+    deployment_name: str | None = None,
+    build_id: str | None = None,
     **options: Any,
 ) -> Worker:
     """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``);
-    ``tool_threads``: how many sync tool handlers run at once (each in a thread)."""
+    ``tool_threads``: how many sync tool handlers run at once (each in a thread);
+    ``deployment_name`` and ``build_id`` (both or neither): Temporal Worker Versioning, this
+    worker being that build of that deployment (see ``worker/_versioning``)."""
     plugin = LatticePlugin(list(agents), tool_threads=tool_threads)
+    options = _versioned(options, deployment_name, build_id)
     return lattice_worker(client, task_queue=task_queue, plugin=plugin, **options)
 
 
@@ -126,9 +146,13 @@ def create_workers(
     agents: Iterable[Agent],
     *,
     tool_threads: int = DEFAULT_TOOL_THREADS,
+    deployment_name: str | None = None,
+    build_id: str | None = None,
     **options: Any,
 ) -> list[Worker]:
-    """One worker per task queue used by ``agents``, and one for the team mailboxes."""
+    """One worker per task queue used by ``agents``, and one for the team mailboxes; all of
+    them that build of that deployment when ``deployment_name`` and ``build_id`` are given."""
+    options = _versioned(options, deployment_name, build_id)
     by_queue: dict[str, list[Agent]] = {}
     for agent in delegation_targets(list(agents)):  # delegated-to agents are served too
         by_queue.setdefault(agent.task_queue, []).append(agent)
