@@ -14,6 +14,8 @@ from ._errors import ConfigurationError
 __all__ = [
     "RECONNECT_ENV",
     "debug",
+    "encryption_keys",
+    "encryption_keys_file",
     "inline_limit",
     "inline_workers",
     "lattice_home",
@@ -113,3 +115,14 @@ def metrics_port() -> int | None:
     if not 0 < port < 65536:
         raise ConfigurationError(f"LATTICE_METRICS_PORT={raw!r} is not a port number")
     return port
+
+
+def encryption_keys() -> str | None:
+    """``LATTICE_ENCRYPTION_KEYS``: ``KEY_ID:BASE64_KEY`` entries, comma-separated, that
+    encrypt payloads (the first) and decrypt them (all); see ``_encryption``."""
+    return os.environ.get("LATTICE_ENCRYPTION_KEYS", "").strip() or None
+
+
+def encryption_keys_file() -> str | None:
+    """``LATTICE_ENCRYPTION_KEYS_FILE``: a file holding the same (a mounted secret)."""
+    return os.environ.get("LATTICE_ENCRYPTION_KEYS_FILE", "").strip() or None

@@ -11,8 +11,9 @@ traceback instead.
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
 (runs, setup),
-``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_render`` (how messages look), ``_plumbing`` (consoles, exit codes,
-logging, signals).
+``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server`` (codec-server),
+``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look), ``_plumbing`` (consoles,
+exit codes, logging, signals).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Annotated
 import typer
 
 from ._approvals import approvals, approve, deny
+from ._codec_server import codec_server
 from ._find import runs, setup
 from ._plumbing import HELP_OPTIONS
 from ._render import Renderer
@@ -74,6 +76,7 @@ for command in (dev, worker, run, interrupt, attach):
 app.add_typer(team_app, name="team")
 for command in (runs, setup, approvals, approve, deny):
     app.command()(command)
+app.command("codec-server")(codec_server)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

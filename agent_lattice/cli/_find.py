@@ -20,6 +20,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
+from .._encryption import UnknownEncryptionKeyError
 from .._errors import ConfigurationError
 from ..client._orphans import owner_of
 from ..client._orphans import queue_served as has_live_worker
@@ -238,6 +239,8 @@ async def _row(client: Client, execution: WorkflowExecution) -> dict[str, Any]:
                 + usage.cache_read_input_tokens
             )
             row["output_tokens"] = usage.output_tokens
+    except UnknownEncryptionKeyError as err:  # the run is listed; its text needs that key
+        row["prompt"] = f"(encrypted with key {err.key_id!r}, not given)"
     except (RPCError, ValueError, TypeError):
         pass  # shown without what could not be read
     return row

@@ -14,6 +14,7 @@ from rich.text import Text
 from temporalio.client import Client
 
 from .._agent import Agent
+from .._encryption import EncryptionKeys
 from .._settings import lattice_home
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..client._reconnect import ServerWatch
@@ -21,6 +22,7 @@ from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
 from ..worker._worker import app_agents, create_workers, load_app
+from ._keys import EncryptionKeysFile, encryption_keys_from_flag
 from ._plumbing import (
     HELP_OPTIONS,
     client_target,
@@ -211,6 +213,7 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    keys_file: EncryptionKeysFile = None,
 ) -> None:
     """Run workers for the agents of APP (one per task queue) until SIGINT/SIGTERM.
 
@@ -218,8 +221,9 @@ def worker(
     Queries started with `lattice run` or `agent.query()` from anywhere run here.
     """
     with errors_as_exit():
+        keys = encryption_keys_from_flag(keys_file)
         agents = app_agents(load_app(app_ref))
-    execute(lambda: _worker(agents, shutdown_timeout, tool_threads, otel, metrics_port))
+    execute(lambda: _worker(agents, shutdown_timeout, tool_threads, otel, metrics_port, keys))
 
 
 async def _worker(
@@ -228,8 +232,11 @@ async def _worker(
     tool_threads: int,
     otel: bool | None = None,
     metrics_port: int | None = None,
+    keys: EncryptionKeys | None = None,
 ) -> int:
-    runtime = await Runtime.connect(inline_workers=False, otel=otel, metrics_port=metrics_port)
+    runtime = await Runtime.connect(
+        inline_workers=False, otel=otel, metrics_port=metrics_port, encryption_keys=keys
+    )
     try:
         return await _serve_agents(
             runtime.client, agents, shutdown_s, tool_threads, watch=runtime.watch

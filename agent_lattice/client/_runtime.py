@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 from .. import _settings
 from .._delegation import delegation_targets
+from .._encryption import EncryptionKeysLike
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
@@ -151,6 +152,7 @@ class Runtime:
         reconnect_s: float | None = None,
         otel: bool | None = None,
         metrics_port: int | None = None,
+        encryption_keys: EncryptionKeysLike | None = None,
     ) -> Runtime:
         """``reconnect_s`` (default ``LATTICE_RECONNECT_S``, else 600): how long the runtime,
         its workers and its queries keep retrying a server they cannot reach before failing
@@ -158,10 +160,13 @@ class Runtime:
 
         ``otel`` (default ``LATTICE_OTEL``): trace every query with OpenTelemetry, exported
         over OTLP (the ``otel`` extra). ``metrics_port`` (default ``LATTICE_METRICS_PORT``):
-        serve this process's metrics for Prometheus there (the first connect decides)."""
+        serve this process's metrics for Prometheus there (the first connect decides).
+        ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS[_FILE]``): encrypt every payload
+        of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts)."""
         limit = reconnect_limit(reconnect_s)
         ToolThreads(tool_threads)  # refused before a server is started or reached
-        plugin = LatticePlugin(otel=otel)  # a missing extra is said before any server starts
+        # a missing extra or a bad key is said before any server starts
+        plugin = LatticePlugin(otel=otel, encryption_keys=encryption_keys)
         core = temporal_runtime(metrics_port)
         address = address or os.environ.get("TEMPORAL_ADDRESS")
         namespace = namespace or os.environ.get("TEMPORAL_NAMESPACE") or "default"
