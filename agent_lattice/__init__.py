@@ -113,7 +113,13 @@ from .client import (
     set_default_runtime,
 )
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
-from .worker import LatticePlugin, create_worker
+from .worker import (
+    EncryptionCodec,
+    EncryptionKeys,
+    LatticePlugin,
+    UnknownEncryptionKeyError,
+    create_worker,
+)
 
 __version__ = "0.1.0"
 
@@ -143,6 +149,8 @@ __all__ = [
     "DelegationInput",
     "DevServer",
     "DrainResult",
+    "EncryptionCodec",
+    "EncryptionKeys",
     "ErrorInfo",
     "HistoryStore",
     "HistoryStoreError",
@@ -198,6 +206,7 @@ __all__ = [
     "TraceEvent",
     "TracerError",
     "TranscriptMissing",
+    "UnknownEncryptionKeyError",
     "Usage",
     "UserMessage",
     "agent_tool",

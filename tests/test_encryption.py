@@ -31,13 +31,13 @@ from agent_lattice import (
     resolve_approval,
     tool,
 )
-from agent_lattice._encryption import (
+from agent_lattice.client import Runtime
+from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
+from agent_lattice.worker._encryption import (
     EncryptionKeys,
     UnknownEncryptionKeyError,
     lattice_data_converter,
 )
-from agent_lattice.client import Runtime
-from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
 
 from conftest import API_KEY, by_agent, child_ids, named_agent
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from .._encryption import EXTRA, EncryptionCodec, EncryptionKeys, UnknownEncryptionKeyError
 from .._errors import ConfigurationError
+from ..worker._encryption import EXTRA, EncryptionCodec, EncryptionKeys, UnknownEncryptionKeyError
 from ._keys import EncryptionKeysFile, encryption_keys_from_flag
 from ._plumbing import errors_as_exit, execute, on_signals, stderr, stdout
 

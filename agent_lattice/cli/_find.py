@@ -20,13 +20,13 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
-from .._encryption import UnknownEncryptionKeyError
 from .._errors import ConfigurationError
 from ..client._orphans import owner_of
 from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..client._visibility import register_attributes
+from ..worker._encryption import UnknownEncryptionKeyError
 from ..workflows._types import AgentRunOutput
 from ..workflows._visibility import (
     AGENT,

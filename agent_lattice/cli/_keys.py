@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from .._encryption import EncryptionKeys
+from ..worker._encryption import EncryptionKeys
 
 __all__ = ["EncryptionKeysFile", "encryption_keys_from_flag"]
 

@@ -14,13 +14,13 @@ from rich.text import Text
 from temporalio.client import Client
 
 from .._agent import Agent
-from .._encryption import EncryptionKeys
 from .._settings import lattice_home
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
+from ..worker._encryption import EncryptionKeys
 from ..worker._worker import app_agents, create_workers, load_app
 from ._keys import EncryptionKeysFile, encryption_keys_from_flag
 from ._plumbing import (

@@ -25,7 +25,6 @@ from temporalio.worker import Worker
 
 from .. import _settings
 from .._delegation import delegation_targets
-from .._encryption import EncryptionKeysLike
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
@@ -39,6 +38,7 @@ from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
+from ..worker._encryption import EncryptionKeysLike
 from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
 from ..worker._telemetry import flush_tracing, temporal_runtime

@@ -16,13 +16,13 @@ from temporalio.worker import Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .. import _settings
-from .._encryption import EncryptionKeysLike, lattice_data_converter
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
+from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._registry import AgentRegistry
 from ._server_wait import ServerWaitInterceptor
 from ._telemetry import tracing_interceptor

@@ -34,8 +34,8 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
-from . import _settings
-from ._errors import ConfigurationError
+from .. import _settings
+from .._errors import ConfigurationError
 
 __all__ = [
     "ENCRYPTED_ENCODING",
