@@ -15,6 +15,9 @@ import httpx
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
+from typer.testing import CliRunner
+
+from agent_lattice.cli import app
 
 from test_cli import APP, TARGET, Cli, env, fork_server, json_lines, procs  # noqa: F401 - fixtures
 
@@ -108,9 +111,11 @@ def test_encrypted_runs_from_the_shell_and_the_codec_server_for_the_ui(
         assert plain_payload.metadata["encoding"] == b"json/plain"
         assert "PROMPT-5a7e" in plain_payload.data.decode()
 
-        # encode (the UI's signal and start forms), then decode back
+        # encode (the UI's signal and start forms; the CLI's templated endpoint), decode back
         sent = Payload(metadata={"encoding": b"json/plain"}, data=b'"from the UI"')
-        encoded = json_format.Parse(http.post("/encode", content=as_json(sent)).text, Payloads())
+        encoded = json_format.Parse(
+            http.post("/default/encode", content=as_json(sent)).text, Payloads()
+        )
         assert encoded.payloads[0].metadata["encryption-key-id"] == b"prod-1"
         back = http.post("/decode", content=json_format.MessageToJson(encoded))
         assert json_format.Parse(back.text, Payloads()).payloads[0] == sent
@@ -120,3 +125,13 @@ def test_encrypted_runs_from_the_shell_and_the_codec_server_for_the_ui(
     worker.signal(signal.SIGTERM)
     assert server.finish() == 0 and "codec server stopped" in server.err
     assert worker.finish() == 0, worker
+
+
+def test_the_codec_server_needs_keys(monkeypatch) -> None:
+    monkeypatch.delenv("LATTICE_ENCRYPTION_KEYS", raising=False)
+    monkeypatch.delenv("LATTICE_ENCRYPTION_KEYS_FILE", raising=False)
+    result = CliRunner().invoke(app, ["codec-server"])
+    assert result.exit_code == 2
+    assert "no encryption keys: give --encryption-keys-file or set LATTICE_ENCRYPTION_KEYS" in (
+        " ".join(result.output.split())
+    )

@@ -1,10 +1,10 @@
 """``lattice codec-server``: Temporal's remote codec protocol, so the Temporal UI (and the
 ``temporal`` CLI's ``--codec-endpoint``) show the payloads of encrypted runs decrypted.
 
-The protocol: ``POST /encode`` and ``POST /decode`` take and return ``{"payloads": [...]}``,
-payloads in protobuf's JSON form (base64 metadata values and data). The UI calls it from the
-operator's browser: the server answers CORS preflights (``OPTIONS``) for the UI's origins
-(``--cors-origin``). Whoever can reach it can decrypt: it listens on 127.0.0.1 unless told
+The protocol: ``POST /encode`` and ``POST /decode`` (also under ``/{namespace}/``) take and
+return ``{"payloads": [...]}``, payloads in protobuf's JSON form (base64 metadata values and
+data). The UI calls it from the operator's browser: the server answers CORS preflights
+(``OPTIONS``) for the UI's origins (``--cors-origin``). Whoever can reach it can decrypt: it listens on 127.0.0.1 unless told
 otherwise and checks no credentials itself (put it behind the network policy or an
 authenticating proxy that guards the UI).
 
@@ -91,9 +91,11 @@ def codec_app(codec: EncryptionCodec, origins: list[str]) -> Starlette:
         allow_headers=ALLOWED_HEADERS,
         allow_credentials=True,  # the UI's "include cross-origin credentials" setting
     )
+    # also under a namespace segment, for endpoints templated with {namespace} (temporal CLI)
     routes = [
-        Route("/encode", encode, methods=["POST"]),
-        Route("/decode", decode, methods=["POST"]),
+        Route(f"{prefix}/{name}", handler, methods=["POST"])
+        for prefix in ("", "/{namespace}")
+        for name, handler in (("encode", encode), ("decode", decode))
     ]
     return Starlette(routes=routes, middleware=[cors])
 
