@@ -214,8 +214,9 @@ async def test_an_encrypted_run_shows_nothing_in_plain_text_replays_and_rotates(
         (f"a:{base64.b64encode(b'x' * 16).decode()}", "key 'a' is 16 bytes; AES-256 needs 32"),
         (KEY_A, "entry 1 is not KEY_ID:BASE64_KEY (its text is not shown)"),
         (f"ok:{KEY_A},{KEY_B}", "entry 2 is not KEY_ID:BASE64_KEY"),
+        (f"{KEY_A}:prod", "entry 1: a key id is 1 to 40 letters, digits"),
     ],
-    ids=["duplicate", "base64", "length", "bare key", "bare second key"],
+    ids=["duplicate", "base64", "length", "bare key", "bare second key", "swapped"],
 )
 async def test_bad_keys_are_one_line_naming_the_key_id_never_the_key(
     setting: str, message: str, monkeypatch: pytest.MonkeyPatch, tmp_path

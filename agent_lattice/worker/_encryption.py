@@ -21,6 +21,7 @@ import base64
 import binascii
 import dataclasses
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,10 @@ KEY_ID_METADATA = "encryption-key-id"
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # GCM's standard nonce, sent before the ciphertext
 EXTRA = 'pip install "agent-lattice[encryption]"'
-_ID_FORBIDDEN = set(",:# \t\r\n")
+# A key id: short and plain. A base64 key (44 characters with "=") never passes for one, so
+# an entry written the wrong way round (BASE64_KEY:KEY_ID) is refused without showing it.
+_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,40}")
+_BAD_ID = "a key id is 1 to 40 letters, digits, '.', '_' or '-' (its text is not shown)"
 
 
 class UnknownEncryptionKeyError(ConfigurationError):
@@ -76,10 +80,8 @@ class EncryptionKeys:
             raise ConfigurationError("encryption keys: none given")
         seen: set[str] = set()
         for key_id, key in self.keys:
-            if not key_id or _ID_FORBIDDEN & set(key_id):
-                raise ConfigurationError(
-                    f"encryption key id {key_id!r}: use letters, digits, '-', '_' or '.'"
-                )
+            if not _KEY_ID.fullmatch(key_id):
+                raise ConfigurationError(_BAD_ID)
             if key_id in seen:
                 raise ConfigurationError(f"encryption key id {key_id!r} is listed twice")
             seen.add(key_id)
@@ -108,6 +110,8 @@ class EncryptionKeys:
                 raise ConfigurationError(
                     f"{source}: entry {number} is not KEY_ID:BASE64_KEY (its text is not shown)"
                 )
+            if not _KEY_ID.fullmatch(key_id):
+                raise ConfigurationError(f"{source}: entry {number}: {_BAD_ID}")
             try:
                 key = base64.b64decode(material, validate=True)
             except (binascii.Error, ValueError):
