@@ -114,7 +114,13 @@ from .client import (
     set_default_runtime,
 )
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
-from .worker import LatticePlugin, create_worker
+from .worker import (
+    EncryptionCodec,
+    EncryptionKeys,
+    LatticePlugin,
+    UnknownEncryptionKeyError,
+    create_worker,
+)
 
 __version__ = "0.1.0"
 
@@ -144,6 +150,8 @@ __all__ = [
     "DelegationInput",
     "DevServer",
     "DrainResult",
+    "EncryptionCodec",
+    "EncryptionKeys",
     "ErrorInfo",
     "HistoryStore",
     "HistoryStoreError",
@@ -200,6 +208,7 @@ __all__ = [
     "TraceEvent",
     "TracerError",
     "TranscriptMissing",
+    "UnknownEncryptionKeyError",
     "Usage",
     "UserMessage",
     "agent_tool",

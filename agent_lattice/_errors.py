@@ -12,8 +12,10 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── ApprovalError          a decision on a tool call's approval request that cannot be
     │                          applied (unknown id, already decided, invalid updated input)
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
-    │   └── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
-    │                               than the reconnect limit
+    │   ├── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
+    │   │                           than the reconnect limit
+    │   └── UnknownEncryptionKeyError  a payload is encrypted with a key this process was not
+    │                                  given (``agent_lattice.worker``, with the codec)
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
     ├── TracerError            a tracer bound with fail_on_error raised: likewise
     ├── HistoryStoreError      a history store created with fail_on_error failed

@@ -16,6 +16,8 @@ __all__ = [
     "build_id",
     "debug",
     "deployment_name",
+    "encryption_keys",
+    "encryption_keys_file",
     "inline_limit",
     "inline_workers",
     "lattice_home",
@@ -127,3 +129,14 @@ def build_id() -> str | None:
     """``LATTICE_BUILD_ID``: the build of the code a ``lattice worker`` runs, within its
     deployment (``LATTICE_DEPLOYMENT_NAME``), or None when unset."""
     return os.environ.get("LATTICE_BUILD_ID", "").strip() or None
+
+
+def encryption_keys() -> str | None:
+    """``LATTICE_ENCRYPTION_KEYS``: ``KEY_ID:BASE64_KEY`` entries, comma-separated, that
+    encrypt payloads (the first) and decrypt them (all); see ``_encryption``."""
+    return os.environ.get("LATTICE_ENCRYPTION_KEYS", "").strip() or None
+
+
+def encryption_keys_file() -> str | None:
+    """``LATTICE_ENCRYPTION_KEYS_FILE``: a file holding the same (a mounted secret)."""
+    return os.environ.get("LATTICE_ENCRYPTION_KEYS_FILE", "").strip() or None

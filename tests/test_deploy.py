@@ -34,12 +34,9 @@ IMAGE = "agent-lattice-worker"  # the image deploy/Dockerfile builds (any regist
 # temporalio.envconfig, payload encryption, the codec server), merged separately: the files
 # already use them. The test fails while a name here is read, so the set cannot go stale:
 # empty it once those parts are in.
-PENDING_NAMES = {
-    "LATTICE_ENCRYPTION_KEYS",
-    "LATTICE_ENCRYPTION_KEYS_FILE",
-}
-PENDING_COMMANDS = {"codec-server"}
-PENDING_EXTRAS = {"encryption"}
+PENDING_NAMES: set[str] = set()
+PENDING_COMMANDS: set[str] = set()
+PENDING_EXTRAS: set[str] = set()
 # read by the Python interpreter itself
 INTERPRETER = {"PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
 

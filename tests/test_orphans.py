@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from orphan_app import build_agent, build_boss
-from test_cli import Cli
 
 from agent_lattice import ConcurrentQueryError, create_agent
 from agent_lattice.testing import (
@@ -34,6 +33,7 @@ from agent_lattice.testing import (
 from agent_lattice.worker import create_worker
 
 from conftest import child_ids
+from test_cli import Cli
 
 pytestmark = pytest.mark.slow  # real processes killed, servers restarted
 

@@ -15,9 +15,9 @@ that cannot be read) or 3 (the Temporal server could not be reached, or was lost
 ``LATTICE_DEBUG=1`` to see the traceback instead.
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
-(runs, setup), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_render`` (how
-messages look), ``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes,
-logging, signals).
+(runs, setup), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
+(codec-server), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
+``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes, logging, signals).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Annotated
 import typer
 
 from ._approvals import approvals, approve, deny
+from ._codec_server import codec_server
 from ._find import runs, setup
 from ._plumbing import HELP_OPTIONS
 from ._render import Renderer
@@ -82,6 +83,7 @@ for command in (dev, worker, run, interrupt, attach):
 app.add_typer(team_app, name="team")
 for command in (runs, setup, approvals, approve, deny):
     app.command()(command)
+app.command("codec-server")(codec_server)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -6,13 +6,15 @@ environment and the profile file (see ``client._connection``), like the Temporal
 command takes them with :func:`connection_options`: its ``connection`` parameter becomes
 these flags (in the help's *Connection* panel) and receives the loaded
 :class:`TemporalConnection`. Loading reads the certificates, so a wrong one is a usage
-error (exit code 2) before anything connects.
+error (exit code 2) before anything connects. ``--encryption-keys-file`` rides along: the
+payload keys of every runtime the command makes (see :func:`use_keys_file`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +23,7 @@ import typer
 
 from ..client._connection import TemporalConnection
 from ..client._default import connect_default_with, default_runtime_if_any, set_default_runtime
+from ._keys import EncryptionKeysFile, encryption_keys_from_flag
 from ._plumbing import errors_as_exit, set_server_address
 
 __all__ = ["connection_options", "default_connection"]
@@ -84,6 +87,7 @@ FLAGS: dict[str, Any] = {
             "(TEMPORAL_TLS_SERVER_NAME; default: the address's host).",
         ),
     ],
+    "encryption_keys_file": EncryptionKeysFile,
     "profile": Annotated[
         str | None,
         _option(
@@ -107,8 +111,10 @@ def connection_options(command: Callable[..., None]) -> Callable[..., None]:
 
     def with_connection(*args: Any, **kwargs: Any) -> None:
         given = {name: kwargs.pop(name) for name in FLAGS}
+        keys_file = given.pop("encryption_keys_file")
         with errors_as_exit():
             connection = TemporalConnection.load(given.pop("address"), **given)
+            use_keys_file(keys_file)
         set_server_address(connection.address)
         command(*args, connection=connection, **kwargs)
 
@@ -120,6 +126,18 @@ def connection_options(command: Callable[..., None]) -> Callable[..., None]:
     with_connection.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     with_connection.__annotations__ = {p.name: p.annotation for p in parameters}
     return with_connection
+
+
+def use_keys_file(path: Path | None) -> None:
+    """``--encryption-keys-file``: checked now (a usage error naming the key id at fault), then
+    made this process's setting, over ``LATTICE_ENCRYPTION_KEYS[_FILE]``. A setting, not an
+    argument, because a command makes more runtimes than its own: the process default one of
+    a team's members and mailbox reads the settings, and all must encrypt alike."""
+    if path is None:
+        return
+    encryption_keys_from_flag(path)
+    os.environ.pop("LATTICE_ENCRYPTION_KEYS", None)
+    os.environ["LATTICE_ENCRYPTION_KEYS_FILE"] = str(path)
 
 
 @contextlib.asynccontextmanager

@@ -26,6 +26,7 @@ from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..client._visibility import register_attributes
+from ..worker._encryption import UnknownEncryptionKeyError
 from ..workflows._types import AgentRunOutput
 from ..workflows._visibility import (
     AGENT,
@@ -246,6 +247,8 @@ async def _row(client: Client, execution: WorkflowExecution) -> dict[str, Any]:
                 + usage.cache_read_input_tokens
             )
             row["output_tokens"] = usage.output_tokens
+    except UnknownEncryptionKeyError as err:  # the run is listed; its text needs that key
+        row["prompt"] = f"(encrypted with key {err.key_id!r}, not given)"
     except (RPCError, ValueError, TypeError):
         pass  # shown without what could not be read
     return row

@@ -56,7 +56,7 @@ def set_default_runtime(runtime: Runtime | None) -> None:
 async def create_runtime(address: str | None = None, **options: Any) -> Runtime:
     """A connected :class:`Runtime`: the same as ``Runtime.connect(address, **options)``
     (``otel=True`` traces its queries with OpenTelemetry, ``metrics_port=`` serves metrics,
-    ``inline_workers=``, ``namespace=``, ``api_key=``, ``tls=``, ``tls_cert=``, ``tls_key=``,
-    ``tls_ca=``, ``tls_server_name=``, ``profile=``, ``connection=``, ``settings=``,
-    ``reconnect_s=``)."""
+    ``encryption_keys=`` encrypts payloads, ``inline_workers=``, ``namespace=``, ``api_key=``,
+    ``tls=``, ``tls_cert=``, ``tls_key=``, ``tls_ca=``, ``tls_server_name=``, ``profile=``,
+    ``connection=``, ``settings=``, ``reconnect_s=``)."""
     return await Runtime.connect(address, **options)

@@ -34,6 +34,7 @@ from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
+from ..worker._encryption import EncryptionKeysLike
 from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
 from ..worker._telemetry import flush_tracing, temporal_runtime
@@ -140,6 +141,7 @@ class Runtime:
         reconnect_s: float | None = None,
         otel: bool | None = None,
         metrics_port: int | None = None,
+        encryption_keys: EncryptionKeysLike | None = None,
     ) -> Runtime:
         """Connect the way the Temporal CLI does: the arguments over the ``TEMPORAL_*``
         environment over the profile file (``TemporalConnection.load``; or a ``connection``
@@ -152,7 +154,9 @@ class Runtime:
 
         ``otel`` (default ``LATTICE_OTEL``): trace every query with OpenTelemetry, exported
         over OTLP (the ``otel`` extra). ``metrics_port`` (default ``LATTICE_METRICS_PORT``):
-        serve this process's metrics for Prometheus there (the first connect decides)."""
+        serve this process's metrics for Prometheus there (the first connect decides).
+        ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS[_FILE]``): encrypt every payload
+        of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts)."""
         connection = TemporalConnection.given(
             connection,
             address,
@@ -167,7 +171,8 @@ class Runtime:
         )
         limit = reconnect_limit(reconnect_s)
         ToolThreads(tool_threads)  # refused before a server is started or reached
-        plugin = LatticePlugin(otel=otel)  # a missing extra is said before any server starts
+        # a missing extra or a bad key is said before any server starts
+        plugin = LatticePlugin(otel=otel, encryption_keys=encryption_keys)
         client, watch, server = await open_client(
             connection,
             limit,

@@ -1,12 +1,16 @@
-"""Build Temporal workers that serve an app's agents."""
+"""Build Temporal workers that serve an app's agents, and the converter they share."""
 
+from ._encryption import EncryptionCodec, EncryptionKeys, UnknownEncryptionKeyError
 from ._plugin import LatticePlugin
 from ._registry import AgentRegistry
 from ._worker import create_worker, create_workers
 
 __all__ = [
     "AgentRegistry",
+    "EncryptionCodec",
+    "EncryptionKeys",
     "LatticePlugin",
+    "UnknownEncryptionKeyError",
     "create_worker",
     "create_workers",
 ]

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -23,6 +22,7 @@ from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
+from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._registry import AgentRegistry
 from ._server_wait import ServerWaitInterceptor
 from ._telemetry import tracing_interceptor
@@ -79,6 +79,9 @@ class LatticePlugin(SimplePlugin):
     retrying its task forever. ``tool_threads`` (default 32) is how many sync tool handlers
     the worker runs at once, each in its own thread. ``otel`` (default ``LATTICE_OTEL``)
     traces with OpenTelemetry: on a client, its calls and every worker made from it.
+    ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS`` / ``LATTICE_ENCRYPTION_KEYS_FILE``)
+    encrypts every payload with AES-256-GCM (``_encryption``): on a client, its calls and
+    every worker made from it; on a ``Replayer``, what it decodes.
     """
 
     def __init__(
@@ -87,7 +90,10 @@ class LatticePlugin(SimplePlugin):
         *,
         tool_threads: int = DEFAULT_TOOL_THREADS,
         otel: bool | None = None,
+        encryption_keys: EncryptionKeysLike | None = None,
     ) -> None:
+        # the keys are checked (and the extra's presence) here, before any server is reached
+        converter = lattice_data_converter(encryption_keys)
         self.otel = _settings.otel() if otel is None else otel
         tracing = [tracing_interceptor()] if self.otel else []
         registry = (
@@ -105,7 +111,7 @@ class LatticePlugin(SimplePlugin):
         failures: list[type[BaseException]] = [LatticeError, pydantic.ValidationError]
         super().__init__(
             "agent-lattice",
-            data_converter=pydantic_data_converter,
+            data_converter=converter,
             # the mailbox workflow too, so a Replayer with this plugin replays it
             workflows=[AgentWorkflow, TeamWorkflow, TeamMailboxWorkflow] if activities else None,
             activities=[
