@@ -59,7 +59,19 @@ def test_encrypted_runs_from_the_shell_and_the_codec_server_for_the_ui(
         worker := Cli.run("worker", str(APP), "--encryption-keys-file", str(keys), env=plain)
     )
     worker.wait_for("ready")
-    procs.append(run := Cli.run("run", TARGET, PROMPT, "--no-worker", "--json", env=keyed))
+    # every connecting command takes the flag (its connection options), the run's too
+    procs.append(
+        run := Cli.run(
+            "run",
+            TARGET,
+            PROMPT,
+            "--no-worker",
+            "--json",
+            "--encryption-keys-file",
+            str(keys),
+            env=plain,
+        )
+    )
     assert run.finish() == 0, run
     result = json_lines(run.out)[-1]
     assert result["result"] == "The sum is 4."
