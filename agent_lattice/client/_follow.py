@@ -29,7 +29,7 @@ from temporalio.service import RPCError
 
 from ..workflows._types import AgentRunOutput
 
-__all__ = ["Truncated", "published"]
+__all__ = ["CLOSED_EVENTS", "Truncated", "published"]
 
 log = logging.getLogger("agent_lattice.query")
 
@@ -42,7 +42,7 @@ RETRY_S = 1.0
 _PUBLISHING = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 _CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 _COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
-_CLOSED = {
+CLOSED_EVENTS = {  # however a run ends
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
@@ -74,7 +74,7 @@ class _Watch:
                     self.changed.set()
                 elif event.event_type == _CONTINUED:
                     self.continued = self.closed = True
-                elif event.event_type in _CLOSED:
+                elif event.event_type in CLOSED_EVENTS:
                     self.closed = True
                     if event.event_type == _COMPLETED:
                         self.result = event.workflow_execution_completed_event_attributes.result
