@@ -27,6 +27,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.service import RPCError
 
+from .._errors import LatticeError
 from ..workflows._types import AgentRunOutput
 
 __all__ = ["CLOSED_EVENTS", "Truncated", "published"]
@@ -51,7 +52,7 @@ CLOSED_EVENTS = {  # however a run ends
 }
 
 
-class Truncated(Exception):
+class Truncated(LatticeError):
     """The reader is further behind than the stream keeps (after continue-as-new)."""
 
 
