@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import functools
 import inspect
 import re
@@ -271,10 +272,17 @@ def _validation_summary(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+@functools.lru_cache(maxsize=512)
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema, generated once per class: generating it costs far more than a
+    copy, and every create_agent() builds the workspace tools' schemas again."""
+    return model.model_json_schema()
+
+
 def schema_of(schema: Any, *, where: str) -> tuple[dict[str, Any], Callable[[Any], Any]]:
     """Return (JSON schema, validator) for a pydantic model, a parse-able schema or a dict."""
     if isinstance(schema, type) and issubclass(schema, BaseModel):
-        return schema.model_json_schema(), schema.model_validate
+        return copy.deepcopy(_model_schema(schema)), schema.model_validate
     if isinstance(schema, Mapping):
         json_schema = dict(schema)
         if json_schema.get("type") != "object":

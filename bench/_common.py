@@ -23,6 +23,7 @@ from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import Client
 
 from agent_lattice.client import _server
+from agent_lattice.client._follow import CLOSED_EVENTS
 from agent_lattice.client._server import DevServer
 from agent_lattice.client._server import temporal_binary as _temporal_binary
 
@@ -221,15 +222,6 @@ class HistoryFigures:
         return self.counts.get(name, 0)
 
 
-_CLOSED = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-}
-
-
 def _event_name(event: HistoryEvent) -> str:
     return EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
 
@@ -291,7 +283,7 @@ async def history_figures(
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             kind = event.activity_task_scheduled_event_attributes.activity_type.name
             scheduled.setdefault(kind, []).append(event.event_time.ToDatetime().timestamp())
-        if event.event_type in _CLOSED:
+        if event.event_type in CLOSED_EVENTS:
             closed = event.event_time.ToDatetime()
     return HistoryFigures(
         events=len(events),

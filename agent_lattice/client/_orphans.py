@@ -24,13 +24,12 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from .._errors import ConcurrentQueryError
 from .._live_feeds import LIVE_MARK
@@ -47,11 +46,9 @@ __all__ = [
     "RunState",
     "adoptable",
     "end_orphan",
-    "next_before_close",
     "orphan_hint",
     "owner_of",
     "queue_served",
-    "run_closed",
     "run_queues",
     "run_state",
     "serving",
@@ -61,8 +58,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-# after its run closed, how long a stream reader waits for the stream's last items
-CLOSED_GRACE_S = 2.0
 
 POLLER_FRESH = timedelta(seconds=70)
 # A private queue's process is short-lived: when it dies, the workflow task waiting on its
@@ -185,38 +180,6 @@ def adoptable(state: RunState, agent: Agent | None) -> str | None:
         file=sys.stderr,
     )
     return tag
-
-
-async def run_closed(client: Client, workflow_id: str) -> None:
-    """Return once the run has closed, however it ended."""
-    while True:
-        try:
-            await client.get_workflow_handle(workflow_id).result()
-            return
-        except WorkflowFailureError:
-            return
-        except RPCError:  # the server is away for now: keep watching
-            await asyncio.sleep(1.0)
-
-
-async def next_before_close(
-    items: AsyncIterator[T], closed: asyncio.Future[Any], grace: float = CLOSED_GRACE_S
-) -> T | None:
-    """The next item, or None once the stream has ended, or once the run (``closed``) has
-    ended and the stream gave nothing more within ``grace`` seconds."""
-    following = asyncio.ensure_future(anext(items))
-    await asyncio.wait({following, closed}, return_when=asyncio.FIRST_COMPLETED)
-    if not following.done():
-        await asyncio.wait({following}, timeout=grace)
-    if not following.done():
-        following.cancel()
-        with contextlib.suppress(BaseException):
-            await following
-        return None
-    try:
-        return following.result()
-    except StopAsyncIteration:
-        return None
 
 
 async def until_served(client: Client, state: RunState, every: float = 1.0) -> None:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
@@ -43,6 +42,7 @@ from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._attach import attached_messages
 from ._connection import PemSource, TemporalConnection
+from ._follow import published
 from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
 from ._open import open_client
 from ._orphans import (
@@ -50,8 +50,6 @@ from ._orphans import (
     RunState,
     adoptable,
     end_orphan,
-    next_before_close,
-    run_closed,
     run_queues,
     run_state,
     serving,
@@ -71,8 +69,7 @@ log = logging.getLogger("agent_lattice.runtime")
 SDK_MESSAGE: TypeAdapter[SDKMessage] = TypeAdapter(SDKMessage)
 
 
-# Between polls of a run's durable messages: each poll is a workflow update (a workflow task
-# and history events); 50 ms keeps the run's own pace while messages stay prompt.
+# Between looks for a run that is about to appear (a team's member, started by its team)
 POLL_COOLDOWN_S = 0.05
 # how long a reader waits for a workflow that another workflow is about to start
 WORKFLOW_APPEARS_S = 60.0
@@ -321,15 +318,12 @@ class Runtime:
             for message in (await self._recorded_messages(workflow_id))[from_offset:]:
                 yield message
             return
-        stream = WorkflowStreamClient.create(self.client, workflow_id)
-        items = stream.subscribe(MESSAGES_TOPIC, from_offset=from_offset, poll_cooldown=_cooldown())
-        closed = asyncio.ensure_future(run_closed(self.client, workflow_id))
+        # read without writing to the run's history (see _follow); it ends once the run closed
+        items = published(self.client, workflow_id, MESSAGES_TOPIC, from_offset)
         seen = from_offset  # the messages given so far
         try:
-            # the run closing is watched: its stream's last read can wait ~30 s on a worker
-            # that left with it (a query on the closed run); the record answers then
-            while (item := await next_before_close(items, closed)) is not None:
-                message = await self.hydrated(SDK_MESSAGE.validate_python(item.data))
+            async for item in items:
+                message = await self.hydrated(SDK_MESSAGE.validate_python(item))
                 yield message
                 seen += 1
                 if isinstance(message, ResultMessage):
@@ -340,7 +334,7 @@ class Runtime:
             # The run closed while we read and no worker answers for it: use the record.
             log.debug("stream of %s unavailable: %s", workflow_id, err)
         finally:
-            closed.cancel()
+            await items.aclose()
         # every message not given yet (a tool result, the last reply), not the result alone
         try:
             rest = (await self._recorded_messages(workflow_id))[seen:]
@@ -533,9 +527,3 @@ class Runtime:
                     await register_attributes(self.client)
             self._indexed = not missing
         return self._indexed
-
-
-def _cooldown() -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=POLL_COOLDOWN_S)

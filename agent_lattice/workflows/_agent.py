@@ -102,6 +102,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
         )
         self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
         self._published = carried.published if carried else 0
+        # what the current workflow task published (the last one's is the run's output tail)
+        self._task_length: int = 0
+        self._task_items: list[object] = []
         self._trace_seq = carried.trace_seq if carried else 0
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._pending_signals: list[asyncio.Task[None]] = []
@@ -509,6 +512,10 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
         self._publish(event)
 
     def _publish(self, message: object) -> None:
+        length: int = workflow.info().get_current_history_length()
+        if length != self._task_length:  # a new workflow task
+            self._task_length, self._task_items = length, []
+        self._task_items.append(message)
         self._out.publish(message)
         self._published += 1
 
@@ -576,4 +583,6 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
             new_count=self._new_count,
             compacted=self._compacted,
             landing=self._landing,
+            tail_from=self._published - len(self._task_items),
+            tail=self._task_items,
         )

@@ -253,6 +253,8 @@ class AgentRunOutput(BaseModel):
     compacted: bool = False
     # what of the run its history store got as its messages landed (a delegated run)
     landing: Landing | None = None
+    tail_from: int = 0  # the stream's messages the run's last workflow task published, from here
+    tail: list[Any] = Field(default_factory=list[Any])
 
 
 class ModelCallInput(BaseModel):

@@ -1,0 +1,103 @@
+"""The round trips a tool turn costs, counted in the run's history against a budget.
+
+Nothing here is timed: a change that adds a workflow task, an activity, an update or a history
+event to every turn of ``prompt()`` or ``query()`` fails this test. The figures are per tool
+turn (one model request and one tool call): the difference between a query of LONG and one
+of SHORT tool turns, divided by LONG - SHORT, so a query's fixed start and end costs are not
+counted. ``bench/peer.py`` measures what the counts cost in time and CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History
+
+from agent_lattice import ResultMessage
+from agent_lattice.testing import RecordedRequest, Reply, collect, text, tool_use
+from agent_lattice.workflows._refs import workflow_id_for
+
+from conftest import make_calculator
+
+SHORT, LONG = 1, 4
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Most a tool turn may cost."""
+
+    events: int
+    workflow_tasks: int
+    activities: int
+    updates: int
+    kib: float
+
+
+# A tool turn: a workflow task and an activity (scheduled, started, completed) for the model
+# request, the same for the tool call, and the search attributes' tokens and cost (13 events).
+# Streaming costs nothing in history: query()'s reader of the durable messages writes none.
+TURN = Budget(events=13, workflow_tasks=2, activities=2, updates=0, kib=4.5)
+BUDGETS = {"prompt": TURN, "query": TURN}
+
+
+@dataclass(frozen=True)
+class Counts:
+    events: int
+    workflow_tasks: int
+    activities: int
+    updates: int
+    bytes: int
+
+
+def turns_of(request: RecordedRequest) -> Reply:
+    """``turns=N``: a calculator call while fewer than N tool turns are done, then text."""
+    wanted = int((request.messages[0]["content"]).split("=")[1])
+    done = sum(1 for m in request.messages if m["role"] == "assistant")
+    return tool_use("calculator", {"expr": "1+1"}) if done < wanted else text("done")
+
+
+async def counts_of(make_agent, mode: str, tool_turns: int) -> Counts:
+    agent = make_agent(name=f"budget-{mode}", tools=[make_calculator()])
+    prompt = f"turns={tool_turns}"
+    if mode == "prompt":
+        result = await agent.prompt(prompt)
+    else:
+        messages = await collect(agent.query(prompt))
+        result = next(m for m in messages if isinstance(m, ResultMessage))
+    assert result.subtype == "success" and result.num_turns == tool_turns + 1
+    handle = make_agent.runtime.client.get_workflow_handle(workflow_id_for(agent, 1))
+    events = list((await handle.fetch_history()).events)
+    kinds = [e.event_type for e in events]
+    return Counts(
+        events=len(events),
+        workflow_tasks=kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
+        activities=kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),
+        updates=kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED),
+        bytes=History(events=events).ByteSize(),
+    )
+
+
+@pytest.mark.parametrize("mode", ["prompt", "query"])
+async def test_a_tool_turn_stays_within_its_round_trip_budget(make_agent, fake_anthropic, mode):
+    fake_anthropic.set_handler(turns_of)
+    short = await counts_of(make_agent, mode, SHORT)
+    long = await counts_of(make_agent, mode, LONG)
+    span = LONG - SHORT
+
+    def per_turn(name: str) -> float:
+        return (getattr(long, name) - getattr(short, name)) / span
+
+    budget = BUDGETS[mode]
+    figures = {
+        "events": per_turn("events"),
+        "workflow_tasks": per_turn("workflow_tasks"),
+        "activities": per_turn("activities"),
+        "updates": per_turn("updates"),
+        "kib": per_turn("bytes") / 1024,
+    }
+    over = {k: v for k, v in figures.items() if v > getattr(budget, k)}
+    assert not over, f"{mode}() per tool turn {figures} exceeds its budget {budget}"
+    # every tool turn is one model request and one tool call: no fewer either
+    assert figures["activities"] == 2
