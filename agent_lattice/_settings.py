@@ -28,6 +28,7 @@ __all__ = [
     "task_queue_prefix",
     "temporal_bin",
     "transcript_dsn",
+    "use_encryption_keys_file",
 ]
 
 RECONNECT_ENV = "LATTICE_RECONNECT_S"
@@ -135,6 +136,13 @@ def encryption_keys() -> str | None:
     """``LATTICE_ENCRYPTION_KEYS``: ``KEY_ID:BASE64_KEY`` entries, comma-separated, that
     encrypt payloads (the first) and decrypt them (all); see ``_encryption``."""
     return os.environ.get("LATTICE_ENCRYPTION_KEYS", "").strip() or None
+
+
+def use_encryption_keys_file(path: str) -> None:
+    """Make ``path`` this process's ``LATTICE_ENCRYPTION_KEYS_FILE``, over both variables (a
+    command's ``--encryption-keys-file``: every runtime the process makes reads it)."""
+    os.environ.pop("LATTICE_ENCRYPTION_KEYS", None)
+    os.environ["LATTICE_ENCRYPTION_KEYS_FILE"] = path
 
 
 def encryption_keys_file() -> str | None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from .. import _settings
 from ..client._connection import TemporalConnection
 from ..client._default import connect_default_with, default_runtime_if_any, set_default_runtime
 from ._keys import EncryptionKeysFile, encryption_keys_from_flag
@@ -136,8 +136,7 @@ def use_keys_file(path: Path | None) -> None:
     if path is None:
         return
     encryption_keys_from_flag(path)
-    os.environ.pop("LATTICE_ENCRYPTION_KEYS", None)
-    os.environ["LATTICE_ENCRYPTION_KEYS_FILE"] = str(path)
+    _settings.use_encryption_keys_file(str(path))
 
 
 @contextlib.asynccontextmanager
