@@ -101,6 +101,7 @@ from ._tracing import (
     create_jsonl_context_tracer,
     define_context_tracer,
 )
+from ._version import __version__ as __version__
 from ._workspace import create_agent_workspace_tools, create_builtin_tools
 from .client import (
     DevServer,
@@ -121,8 +122,6 @@ from .worker import (
     UnknownEncryptionKeyError,
     create_worker,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ANTHROPIC_PRICES",

@@ -242,7 +242,7 @@ async def _serve(address: str, base_url: str) -> None:
         build_team(base_url).lead,
     ]
     # a test that waits out a killed worker's sticky queue may shorten it (default 10 s)
-    sticky = float(os.environ.get("LATTICE_TEST_STICKY_S", "10"))
+    sticky = float(os.environ.get("LATTICE_TEST_STICKY_S", "2"))
     options = {"sticky_queue_schedule_to_start_timeout": timedelta(seconds=sticky)}
     async with AsyncExitStack() as stack:
         for worker in create_workers(runtime.client, agents, **options):

@@ -177,6 +177,11 @@ class Forwarder:
     def close(self) -> None:
         async def stop() -> None:
             self._server.close()
+            # the open connections' pipes end here, not with the loop's garbage
+            pipes = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pipes:
+                task.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from .. import _settings
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
+from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
@@ -30,6 +31,9 @@ from ._versioning import versioned_for
 
 if TYPE_CHECKING:
     from .._agent import Agent
+
+# What an unversioned worker calls its build (see LatticePlugin.configure_worker).
+UNVERSIONED_BUILD_ID = f"agent-lattice-{__version__}"
 
 # Modules the workflow sandbox passes through instead of re-importing per run:
 PASSTHROUGH = (
@@ -154,6 +158,11 @@ class LatticePlugin(SimplePlugin):
             return config  # a client's plugin: the worker's own LatticePlugin wires it
         mailboxes = config.get("task_queue") == mailbox_task_queue()
         deployment = config.get("deployment_config")
+        if not (deployment or config.get("build_id") or config.get("use_worker_versioning")):
+            # An unversioned worker's build id only labels it (nothing is routed by it).
+            # The SDK's default hashes the bytecode of every loaded module, about 0.75 s of
+            # CPU in each process that starts a worker; the library's version names it here.
+            config["build_id"] = UNVERSIONED_BUILD_ID
         if deployment is not None:  # a versioned worker: the behaviour of its queue's runs
             config["deployment_config"] = versioned_for(deployment, mailboxes=mailboxes)
         if mailboxes:
