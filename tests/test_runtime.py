@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
-from agent_lattice import ConfigurationError, ServerUnreachableError
+from agent_lattice import ConfigurationError, ServerUnreachableError, __version__
 from agent_lattice.client import DevServer, Runtime, temporal_binary
 from agent_lattice.testing import FakeAnthropicServer, Script, text
 
@@ -105,3 +107,47 @@ async def test_one_plugin_wires_the_client_every_worker_and_the_mailbox_worker(
         assert result.result == "served by create_worker"
     finally:
         await runtime.close()
+
+
+async def test_workers_are_sized_for_agent_loops_and_a_given_size_wins(make_agent, lattice_runtime):
+    """A model request is an activity that waits on the network: with Temporal's 100 activity
+    slots a worker made its 101st concurrent query wait for a free one. Workers get 1,000
+    slots and cache 2,000 runs unless told otherwise, and unversioned ones never hash every
+    loaded module for a build id (the SDK's default, ~0.5 s of CPU per process)."""
+    from temporalio.worker import Worker, WorkerTuner
+
+    from agent_lattice.worker import LatticePlugin, create_worker, create_workers
+
+    agent = make_agent(name="sized")
+    client = lattice_runtime.client
+
+    def sizes(worker: Worker) -> tuple[object, object, object]:
+        config = worker.config(active_config=True)
+        return (
+            config.get("max_concurrent_activities"),
+            config.get("max_cached_workflows"),
+            config.get("build_id"),
+        )
+
+    unversioned = f"agent-lattice-{__version__}"
+    agents_worker, _mailbox = create_workers(client, [agent])
+    assert sizes(agents_worker) == (1000, 2000, unversioned)
+    given = create_worker(
+        client,
+        [agent],
+        task_queue="given-queue",
+        max_concurrent_activities=7,
+        max_cached_workflows=9,
+    )
+    assert sizes(given) == (7, 9, unversioned)
+    # a user's own Worker with the plugin gets the slots; a tuner sizes them itself (the
+    # client here carries a LatticePlugin too: the SDK warns of it, the plugin steps aside)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The same plugin type", UserWarning)
+        own = Worker(client, task_queue="own", plugins=[LatticePlugin([agent])], build_id="b7")
+        tuner = WorkerTuner.create_fixed(
+            workflow_slots=10, activity_slots=20, local_activity_slots=5
+        )
+        tuned = Worker(client, task_queue="tuned", plugins=[LatticePlugin([agent])], tuner=tuner)
+    assert (sizes(own)[0], sizes(own)[2]) == (1000, "b7")
+    assert tuned.config(active_config=True).get("max_concurrent_activities") is None

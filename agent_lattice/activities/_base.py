@@ -129,6 +129,11 @@ class Tracer:
         self._source = source
         self._session_id, self._run_id, self._seq = session_id, run_id or "", seq
 
+    @property
+    def enabled(self) -> bool:
+        """Whether events go anywhere (build a costly event only then)."""
+        return self._tracer is not None
+
     async def emit(self, kind: str, **data: object) -> None:
         if self._tracer is None:
             return

@@ -49,13 +49,14 @@ class ModelActivities(ActivitiesBase):
         if config.hooks is not None:
             shaped = await hook(config.hooks.model_request(shaped))
         tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
-        await tracer.emit(
-            "model_request",
-            turn=input.turn,
-            model=config.model,
-            system=shaped.system_prompt,
-            messages=[m.to_wire() for m in shaped.messages],
-        )
+        if tracer.enabled:  # the whole transcript, serialized: only for a tracer
+            await tracer.emit(
+                "model_request",
+                turn=input.turn,
+                model=config.model,
+                system=shaped.system_prompt,
+                messages=[m.to_wire() for m in shaped.messages],
+            )
         request = ModelRequest(
             model=config.model,
             messages=alternating(shaped.messages),
@@ -74,16 +75,17 @@ class ModelActivities(ActivitiesBase):
                 message = await _call_model(agent, request, on_event, input)
                 cost = _cost(agent, message)
                 reply.reply(message, cost)
-        await tracer.emit(
-            "assistant_message",
-            turn=input.turn,
-            message=message.to_wire(),
-            stop_reason=message.stop_reason,
-            usage=message.usage.model_dump() if message.usage else None,
-            cost_usd=cost,
-            provider_response_id=message.provider_response_id,
-            model=message.model,
-        )
+        if tracer.enabled:
+            await tracer.emit(
+                "assistant_message",
+                turn=input.turn,
+                message=message.to_wire(),
+                stop_reason=message.stop_reason,
+                usage=message.usage.model_dump() if message.usage else None,
+                cost_usd=cost,
+                provider_response_id=message.provider_response_id,
+                model=message.model,
+            )
         rejection = None
         if message.tool_uses and config.tool_batch_policy is not None:
             calls = [

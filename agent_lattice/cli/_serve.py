@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -23,6 +23,7 @@ from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
+from ..worker._plugin import AGENT_LOOP_SLOTS
 from ..worker._versioning import deployment_config
 from ..worker._worker import app_agents, create_workers, load_app
 from ._connect import connection_options
@@ -51,15 +52,18 @@ async def _serve_agents(
     tool_threads: int = DEFAULT_TOOL_THREADS,
     watch: ServerWatch | None = None,
     deployment: WorkerDeploymentConfig | None = None,
+    slots: dict[str, Any] | None = None,
 ) -> int:
     """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down;
-    or until ``watch`` has seen the server unreachable for its reconnect limit (exit 3)."""
+    or until ``watch`` has seen the server unreachable for its reconnect limit (exit 3).
+    ``slots``: worker options that size it (``max_concurrent_activities``, ...)."""
     workers = create_workers(
         client,
         agents.values(),
         tool_threads=tool_threads,
         graceful_shutdown_timeout=timedelta(seconds=shutdown_s),
         deployment_config=deployment,
+        **(slots or {}),
     )
     stdout.print(
         f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {client_target(client)}"
@@ -245,6 +249,22 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    max_concurrent_activities: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Model requests and tool calls a worker runs at once (each model request "
+            "waits on the network: Temporal's default of 100 queues the 101st query).",
+        ),
+    ] = AGENT_LOOP_SLOTS["max_concurrent_activities"],
+    max_cached_workflows: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Runs a worker keeps in memory between their steps (one evicted is replayed "
+            "from its history on its next step).",
+        ),
+    ] = AGENT_LOOP_SLOTS["max_cached_workflows"],
     *,
     connection: TemporalConnection,
 ) -> None:
@@ -258,9 +278,20 @@ def worker(
             deployment or _settings.deployment_name(), build_id or _settings.build_id()
         )
         agents = app_agents(load_app(app_ref))
+    slots = {
+        "max_concurrent_activities": max_concurrent_activities,
+        "max_cached_workflows": max_cached_workflows,
+    }
     execute(
         lambda: _worker(
-            connection, agents, shutdown_timeout, tool_threads, otel, metrics_port, versioning
+            connection,
+            agents,
+            shutdown_timeout,
+            tool_threads,
+            otel,
+            metrics_port,
+            versioning,
+            slots,
         )
     )
 
@@ -273,13 +304,14 @@ async def _worker(
     otel: bool | None = None,
     metrics_port: int | None = None,
     deployment: WorkerDeploymentConfig | None = None,
+    slots: dict[str, Any] | None = None,
 ) -> int:
     runtime = await Runtime.connect(
         connection=connection, inline_workers=False, otel=otel, metrics_port=metrics_port
     )
     try:
         return await _serve_agents(
-            runtime.client, agents, shutdown_s, tool_threads, runtime.watch, deployment
+            runtime.client, agents, shutdown_s, tool_threads, runtime.watch, deployment, slots
         )
     finally:
         await runtime.close()

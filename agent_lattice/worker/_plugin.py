@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 # What an unversioned worker calls its build (see LatticePlugin.configure_worker).
 UNVERSIONED_BUILD_ID = f"agent-lattice-{__version__}"
 
+# Sizes for agent loops, where Temporal's defaults are not (a value given wins): a model
+# request is an activity that waits on the network for seconds, so the SDK's 100 activity
+# slots made the 101st concurrent query wait for a free one (1,000 queries waiting 20 s on the
+# model took 211 s in bench/idle_memory.py, 48 s with these); and a run evicted from the
+# workflow cache is replayed from its history on its next task, so the cache holds more runs
+# than can wait. The plugin sets the slots (unless a tuner is given); the cache size, whose
+# SDK default cannot be told from a value given, is set by lattice_worker (create_workers,
+# runtimes' inline workers, `lattice worker`).
+AGENT_LOOP_SLOTS = {"max_concurrent_activities": 1000, "max_cached_workflows": 2000}
+_PLUGIN_SLOTS = ("max_concurrent_activities",)
+
 # Modules the workflow sandbox passes through instead of re-importing per run:
 PASSTHROUGH = (
     "agent_lattice",  # our own message and input models: pure, deterministic, and heavy to reload
@@ -167,6 +178,10 @@ class LatticePlugin(SimplePlugin):
             config["deployment_config"] = versioned_for(deployment, mailboxes=mailboxes)
         if mailboxes:
             return self._mailbox.configure_worker(config)
+        if config.get("tuner") is None:  # a tuner sizes the slots itself
+            for option in _PLUGIN_SLOTS:
+                if config.get(option) is None:
+                    config[option] = AGENT_LOOP_SLOTS[option]
         config = super().configure_worker(config)
         client = config.get("client")
         sdk_default = client is None or client.identity == f"{os.getpid()}@{socket.gethostname()}"
@@ -184,6 +199,8 @@ def lattice_worker(
     inherited = any(isinstance(p, LatticePlugin) for p in client.config()["plugins"])
     if plugin is None and not inherited:
         plugin = LatticePlugin()
+    if task_queue != mailbox_task_queue():
+        options.setdefault("max_cached_workflows", AGENT_LOOP_SLOTS["max_cached_workflows"])
     with warnings.catch_warnings():
         # The SDK warns when a worker and its client carry the same plugin type, as the
         # plugin might configure the worker twice; LatticePlugin.configure_worker makes the
