@@ -203,6 +203,11 @@ class SqliteTranscriptStore(TranscriptStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
+        # One writer at a time in this process. SQLite lets one connection write; the others
+        # wait in its busy handler, which sleeps 1, 2, 5, ... 100 ms between tries: 50
+        # concurrent queries spent most of their time asleep there (bench/README.md, P2).
+        # Waiting on a lock wakes as soon as it is free.
+        self._writing = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(
@@ -226,7 +231,7 @@ class SqliteTranscriptStore(TranscriptStore):
 
     def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
         db = self._connect()
-        with db:
+        with self._writing, db:
             db.execute("BEGIN")
             db.executemany(
                 "INSERT OR IGNORE INTO lattice_chunks (hash, body) VALUES (?, ?)",
@@ -242,9 +247,9 @@ class SqliteTranscriptStore(TranscriptStore):
         return [r[0] for r in rows] or None
 
     def _put_blob(self, ref: str, data: str) -> None:
-        self._connect().execute(
-            "INSERT OR IGNORE INTO lattice_blobs (ref, data) VALUES (?, ?)", (ref, data)
-        )
+        db = self._connect()
+        with self._writing:
+            db.execute("INSERT OR IGNORE INTO lattice_blobs (ref, data) VALUES (?, ?)", (ref, data))
 
     def _get_blob(self, ref: str) -> str | None:
         row = (
@@ -255,7 +260,9 @@ class SqliteTranscriptStore(TranscriptStore):
         return row[0] if row else None
 
     def _put_tool_call(self, key: str, result: str | None) -> None:
-        self._connect().execute(_PUT_TOOL_CALL_SQL.format(p="?"), (key, result))
+        db = self._connect()
+        with self._writing:
+            db.execute(_PUT_TOOL_CALL_SQL.format(p="?"), (key, result))
 
     def _get_tool_call(self, key: str) -> tuple[str | None] | None:
         return (

@@ -6,7 +6,8 @@ CPU is not counted in any figure: it stands for the provider, on another machine
 
 Every request is answered from its first user message, ``turns=N latency=MS``: a
 ``tool_use`` of the tool ``step`` while the conversation holds fewer than N - 1 assistant
-messages, then the text ``done``; each reply waits ``latency`` ms first. Any client of the
+messages, then the text ``done``; each reply waits ``latency`` ms before it starts, then
+streams (or is sent) at once. Any client of the
 Messages API (agent-lattice, pydantic-ai's Anthropic model) gets the same replies.
 """
 
@@ -39,7 +40,9 @@ def reply(request: RecordedRequest) -> Reply:
     turns, latency = int(spec.get("turns", "1")), float(spec.get("latency", "0"))
     turn = 1 + sum(1 for m in request.messages if m.get("role") == "assistant")
     answer = tool_use("step", {"i": turn}) if turn < turns else text("done")
-    return slow(answer, delay=latency / 1000) if latency > 0 else answer
+    # the latency is the time to the first token, streamed or not (a delay before every
+    # event would make a streamed reply of 8 events take 8 times as long as one that is not)
+    return slow(answer, before=latency / 1000) if latency > 0 else answer
 
 
 def main() -> None:

@@ -488,6 +488,23 @@ async def test_slow_non_stream_delays_once(
     assert 0.2 <= elapsed < 1.5
 
 
+async def test_slow_before_is_a_time_to_first_token_then_the_rest_at_once(
+    server: FakeAnthropicServer, client: anthropic.AsyncAnthropic
+) -> None:
+    """``before`` delays the start of a reply once, streamed or not: a streamed reply of 8
+    events is not 8 times as slow as the same reply unstreamed (what ``delay`` does)."""
+    server.set_handler(lambda r: slow(text("abcdefgh"), before=0.3))
+    start = time.monotonic()
+    stamps = [time.monotonic() async for _ in await create(client, stream=True)]
+    assert len(stamps) == 7
+    assert stamps[0] - start >= 0.3
+    assert stamps[-1] - stamps[0] < 0.1  # after the first, nothing waits
+    start = time.monotonic()
+    msg = await create(client)
+    assert msg.content[0].text == "abcdefgh"
+    assert 0.3 <= time.monotonic() - start < 0.6
+
+
 async def test_hang_with_client_timeout(
     server: FakeAnthropicServer, client: anthropic.AsyncAnthropic
 ) -> None:

@@ -58,7 +58,8 @@ async def test_handoffs_answer_with_receipts_then_reports_in_handoff_order(
     fake_anthropic.set_handler(
         by_agent(
             lead=lead,
-            researcher=lambda r: slow(text("research done"), delay=0.8),
+            # the writer finishes first: by seconds, so a loaded machine keeps the order
+            researcher=lambda r: slow(text("research done"), delay=3.0),
             writer=lambda r: text("draft done"),
         )
     )

@@ -250,8 +250,8 @@ async def _call_model(
     input: ModelCallInput | None = None,
 ) -> ModelMessage:
     warm_up = getattr(agent.model_client, "warm_up", None)
-    if callable(warm_up):
-        await asyncio.to_thread(warm_up)
+    if callable(warm_up) and not getattr(agent.model_client, "warmed", False):
+        await asyncio.to_thread(warm_up)  # a thread hop per request only until it is warm
     try:
         call = agent.model_client.create(request, on_event=on_event)  # type: ignore[arg-type]
         if request.timeout_ms is None:

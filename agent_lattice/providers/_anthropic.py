@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
+import sys
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .._messages import ModelMessage, Usage
@@ -27,6 +31,39 @@ _RAW_EVENTS = frozenset(
 )
 _RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
+# One HTTP client per event loop, shared by every AnthropicModelClient of the process. Building
+# one (its TLS context, with the CA bundle) costs ~21 ms of CPU, and a service that makes an
+# agent per request or session paid it per query, with a new connection pool each time. An
+# httpx client's connections belong to the loop that opened them, hence one per loop; the
+# SDK's client objects around it (key, base URL, headers) stay each agent's own.
+_HTTP_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+    weakref.WeakKeyDictionary()
+)
+_SPARE_HTTP: list[Any] = []  # built off the loop by warm_up(), taken by the first loop
+_HTTP_LOCK = threading.Lock()
+
+
+def _http_client() -> Any:
+    """The running loop's shared HTTP client (built, or taken from warm_up, on first use)."""
+    import anthropic
+
+    loop = asyncio.get_running_loop()
+    with _HTTP_LOCK:
+        http = _HTTP_BY_LOOP.get(loop)
+        if http is None or http.is_closed:
+            http = _SPARE_HTTP.pop() if _SPARE_HTTP else anthropic.DefaultAsyncHttpxClient()
+            _HTTP_BY_LOOP[loop] = http
+        return http
+
+
+def _prepare_http_client() -> None:
+    """Build the first loop's HTTP client now, in this (non-loop) thread."""
+    import anthropic
+
+    with _HTTP_LOCK:
+        if not _HTTP_BY_LOOP and not _SPARE_HTTP:
+            _SPARE_HTTP.append(anthropic.DefaultAsyncHttpxClient())
+
 
 class AnthropicModelClient:
     """Calls the Messages API with the official ``anthropic`` SDK.
@@ -48,27 +85,38 @@ class AnthropicModelClient:
         self._base_url = base_url
         self._default_headers = default_headers
         self._client: anthropic.AsyncAnthropic | None = None
+        self._client_http: Any = None  # the shared HTTP client self._client was built on
 
     @property
     def base_url(self) -> str | None:
         return self._base_url or os.environ.get("ANTHROPIC_BASE_URL")
 
+    @property
+    def warmed(self) -> bool:
+        """Whether warm_up() has nothing left to do (the SDK imported, an HTTP client built)."""
+        return "anthropic" in sys.modules and bool(_HTTP_BY_LOOP or _SPARE_HTTP)
+
     def warm_up(self) -> None:
-        """Import the SDK and build the client now (seconds on a cold process), so that the
-        first request's deadline measures the request, not the import."""
-        self._sdk()
+        """Import the SDK and build its HTTP client now (seconds on a cold process), so that
+        the first request's deadline measures the request, not the import. Called off the
+        event loop (``asyncio.to_thread``)."""
+        _prepare_http_client()
 
     def _sdk(self) -> anthropic.AsyncAnthropic:
+        """The SDK client on the running loop's shared HTTP client (built on first use)."""
         # Imported on first use: the SDK takes seconds to import, and only workers call it.
         import anthropic
 
-        if self._client is None:
+        http = _http_client()
+        if self._client is None or self._client_http is not http:
             self._client = anthropic.AsyncAnthropic(
                 api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-api-key",
                 base_url=self.base_url,
                 max_retries=0,
                 default_headers=self._default_headers,
+                http_client=http,
             )
+            self._client_http = http
         return self._client
 
     def params(self, request: ModelRequest) -> dict[str, Any]:

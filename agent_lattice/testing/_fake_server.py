@@ -294,6 +294,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if reply.hang_seconds is not None:
             self._hang(reply.hang_seconds)
             return
+        if reply.before > 0 and not fake.sleep_unless_stopping(reply.before):
+            self._drop()
+            return
         if (not request.stream or reply.status != 200) and reply.delay > 0:
             if not fake.sleep_unless_stopping(reply.delay):
                 self._drop()

@@ -152,6 +152,7 @@ class Reply:
     error_message: str | None = None
     retry_after: float | None = None
     delay: float = 0.0
+    before: float = 0.0
     hang_seconds: float | None = None
     stream_error_after: int | None = None
     disconnect_after: int | None = None
@@ -279,10 +280,12 @@ def rate_limited(retry_after: float = 0.0, message: str = "Rate limited") -> Rep
     return error(429, message, retry_after=retry_after)
 
 
-def slow(reply: Reply, *, delay: float) -> Reply:
+def slow(reply: Reply, *, delay: float = 0.0, before: float = 0.0) -> Reply:
     """``reply``, delayed: when streaming, ``delay`` seconds before each SSE event (the
-    response headers are sent at once); otherwise ``delay`` seconds before responding."""
-    return replace(reply, delay=delay)
+    response headers are sent at once); otherwise ``delay`` seconds before responding.
+    ``before``: seconds before the response starts, once (a provider's time to first
+    token; the stream's events then follow at once, a reply that is not streamed too)."""
+    return replace(reply, delay=delay, before=before)
 
 
 def hang(seconds: float = 3600) -> Reply:

@@ -84,7 +84,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
         self._stream = WorkflowStream(prior_state=carried.stream if carried else None)
         self._out = self._stream.topic(MESSAGES_TOPIC)
         self._interrupted = False
-        self._aborted = False
+        self._aborted = input.aborted  # as if "abort" came with the start (a child has none)
         self._model_call: asyncio.Task[ModelCallOutput] | None = None
         self._tool_calls: set[asyncio.Task[ToolCallOutput]] = set()
         agent = input.agent

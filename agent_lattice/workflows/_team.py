@@ -126,7 +126,12 @@ class TeamWorkflow:
     @workflow.run
     async def run(self, input: TeamRunInput) -> AgentRunOutput:
         info = workflow.info()
-        lead_input = input.lead.model_copy(update={"team_workflow_id": info.workflow_id})
+        # a team aborted before its lead started (a signal set already) starts it aborted:
+        # told after its start, the lead could finish its first request and succeed
+        update: dict[str, object] = {"team_workflow_id": info.workflow_id}
+        if self._stopping == "abort":
+            update["aborted"] = True
+        lead_input = input.lead.model_copy(update=update)
         self._lead = await start_query(
             lead_input,
             None,

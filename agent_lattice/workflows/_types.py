@@ -222,8 +222,7 @@ class AgentRunInput(BaseModel):
     settings: ActivitySettings = Field(default_factory=ActivitySettings)
     request: RequestOptions = Field(default_factory=RequestOptions)
     context: Any = None
-    # whole-query deadline (seconds); passing it ends the query with error_abort
-    deadline_s: float | None = None
+    deadline_s: float | None = None  # whole-query deadline (s): passing it ends in error_abort
     # traced by a per-query tracer (``query(tracer=...)``, bound in the caller's process),
     # and, for a delegated run, the run and tool call it was delegated from
     traced: bool = False
@@ -236,6 +235,7 @@ class AgentRunInput(BaseModel):
     # a delegated run whose agent has a history store: its messages are written as they land
     landing: Landing | None = None
     max_budget_usd: float | None = None  # this query's budget (None: the agent's)
+    aborted: bool = False  # started aborted: a lead whose team was told before it started
     # the server has the Lattice search attributes: the run upserts them (see _visibility)
     search_attributes: bool = False
 
