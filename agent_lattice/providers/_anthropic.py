@@ -49,6 +49,10 @@ def _http_client() -> Any:
 
     loop = asyncio.get_running_loop()
     with _HTTP_LOCK:
+        # a closed loop's client can serve no one (its connections were that loop's), and
+        # its pooled connections would keep the loop, the weak key, alive: let both go
+        for closed in [other for other in _HTTP_BY_LOOP if other.is_closed()]:
+            del _HTTP_BY_LOOP[closed]
         http = _HTTP_BY_LOOP.get(loop)
         if http is None or http.is_closed:
             http = _SPARE_HTTP.pop() if _SPARE_HTTP else anthropic.DefaultAsyncHttpxClient()
