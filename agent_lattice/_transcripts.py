@@ -204,9 +204,9 @@ class SqliteTranscriptStore(TranscriptStore):
         self.path = path
         self._local = threading.local()
         # One writer at a time in this process. SQLite lets one connection write; the others
-        # wait in its busy handler, which sleeps 1, 2, 5, ... 100 ms between tries: 50
-        # concurrent queries spent most of their time asleep there (bench/README.md, P2).
-        # Waiting on a lock wakes as soon as it is free.
+        # wait in its busy handler, which sleeps 1, 2, 5, ... 100 ms between tries, while a
+        # thread waiting on this lock wakes as soon as it is free. (Other processes on the
+        # file still meet the busy handler.)
         self._writing = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
