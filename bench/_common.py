@@ -301,6 +301,14 @@ async def history_figures(
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def status_kb(pid: int | str, field: str = "VmRSS") -> int:
+    """A ``/proc/<pid>/status`` figure in KB (``VmRSS``, ``VmHWM``; pid ``"self"``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (0 when it cannot be read)."""
     try:

@@ -23,17 +23,9 @@ import gc
 import os
 import time
 import uuid
-from pathlib import Path
 
-from _common import emit, lattice_home, note, start_library_server, table
+from _common import emit, lattice_home, note, start_library_server, status_kb, table
 from scale_out import Workers, model_process, round_of
-
-
-def status_kb(pid: int | str, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    return 0
 
 
 async def bench(args: argparse.Namespace) -> None:

@@ -26,25 +26,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from _common import (
     CpuMeter,
     HistoryFigures,
+    Server,
     emit,
     history_figures,
     lattice_home,
     median,
     note,
     start_library_server,
+    status_kb,
     table,
 )
 from _workflows import BareActivities, noop
@@ -177,20 +180,13 @@ async def interleaved(
     return out
 
 
-def rss_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 async def idle_rss(once: Once, c: int, wait_s: float) -> float:
     """KB of RSS per query while ``c`` queries wait on a model that answers in ``wait_s``."""
     gc.collect()
-    before = rss_kb()
+    before = status_kb("self")
     tasks = [asyncio.ensure_future(once(0, int(wait_s * 1000))) for _ in range(c)]
     await asyncio.sleep(wait_s * 0.75)
-    during = rss_kb()
+    during = status_kb("self")
     await asyncio.gather(*tasks)
     return (during - before) / c
 
@@ -234,19 +230,26 @@ def pydantic_worker(client: Client) -> Worker:
     )
 
 
-async def main(args: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def parties() -> Iterator[tuple[Server, str]]:
+    """One embedded dev server and the fake model's process (its base URL), stopped after."""
     with lattice_home() as home:
         server = start_library_server(home)
-        assert server.pid is not None
         model, base_url = start_fake_model()
         os.environ["PEER_MODEL_URL"] = base_url
         try:
-            await bench(args, server.address, server.pid, base_url)
+            yield server, base_url
         finally:
             assert model.stdin is not None
             model.stdin.close()
             model.wait(10)
             server.stop()
+
+
+async def main(args: argparse.Namespace) -> None:
+    with parties() as (server, base_url):
+        assert server.pid is not None
+        await bench(args, server.address, server.pid, base_url)
 
 
 async def bench(args: argparse.Namespace, address: str, pid: int, base_url: str) -> None:

@@ -18,8 +18,8 @@ import asyncio
 import collections
 import time
 
-from _common import emit, lattice_home, start_library_server, table
-from peer import lattice_variant, start_fake_model
+from _common import emit, median, table
+from peer import lattice_variant, parties
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 
@@ -50,30 +50,20 @@ def spans(history: History, into: dict[str, list[float]]) -> None:
 
 
 async def bench(args: argparse.Namespace) -> None:
-    with lattice_home() as home:
-        server = start_library_server(home)
-        model, base_url = start_fake_model()
-        try:
-            runtime = await Runtime.connect(server.address, inline_workers=True, quiet=True)
-            once = lattice_variant(runtime, base_url, streaming=args.kind == "query")
-            await once(2, 0)  # warm-up
-            cpu, started = time.process_time(), time.perf_counter()
-            done = await asyncio.gather(*(once(args.turns, args.latency) for _ in range(args.c)))
-            wall = time.perf_counter() - started
-            cpu_ms = (time.process_time() - cpu) * 1000 / (args.c * args.turns)
-            found: dict[str, list[float]] = collections.defaultdict(list)
-            for d in done:
-                spans(
-                    await runtime.client.get_workflow_handle(d.workflow_id).fetch_history(), found
-                )
-            await runtime.close()
-        finally:
-            assert model.stdin is not None
-            model.stdin.close()
-            model.wait(10)
-            server.stop()
+    with parties() as (server, base_url):
+        runtime = await Runtime.connect(server.address, inline_workers=True, quiet=True)
+        once = lattice_variant(runtime, base_url, streaming=args.kind == "query")
+        await once(2, 0)  # warm-up
+        cpu, started = time.process_time(), time.perf_counter()
+        done = await asyncio.gather(*(once(args.turns, args.latency) for _ in range(args.c)))
+        wall = time.perf_counter() - started
+        cpu_ms = (time.process_time() - cpu) * 1000 / (args.c * args.turns)
+        found: dict[str, list[float]] = collections.defaultdict(list)
+        for d in done:
+            spans(await runtime.client.get_workflow_handle(d.workflow_id).fetch_history(), found)
+        await runtime.close()
     rows = [
-        [what, sum(ms) / args.c, len(ms) / args.c, sorted(ms)[len(ms) // 2]]
+        [what, sum(ms) / args.c, len(ms) / args.c, median(ms)]
         for what, ms in sorted(found.items(), key=lambda kv: -sum(kv[1]))[: args.rows]
     ]
     emit(

@@ -23,7 +23,7 @@ from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
-from ..worker._plugin import AGENT_LOOP_SLOTS
+from ..worker._plugin import ACTIVITY_SLOTS, CACHED_RUNS
 from ..worker._versioning import deployment_config
 from ..worker._worker import app_agents, create_workers, load_app
 from ._connect import connection_options
@@ -256,7 +256,7 @@ def worker(
             help="Model requests and tool calls a worker runs at once (each model request "
             "waits on the network: Temporal's default of 100 queues the 101st query).",
         ),
-    ] = AGENT_LOOP_SLOTS["max_concurrent_activities"],
+    ] = ACTIVITY_SLOTS,
     max_cached_workflows: Annotated[
         int,
         typer.Option(
@@ -264,7 +264,7 @@ def worker(
             help="Runs a worker keeps in memory between their steps (one evicted is replayed "
             "from its history on its next step).",
         ),
-    ] = AGENT_LOOP_SLOTS["max_cached_workflows"],
+    ] = CACHED_RUNS,
     *,
     connection: TemporalConnection,
 ) -> None:

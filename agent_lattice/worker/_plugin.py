@@ -43,8 +43,8 @@ UNVERSIONED_BUILD_ID = f"agent-lattice-{__version__}"
 # than can wait. The plugin sets the slots (unless a tuner is given); the cache size, whose
 # SDK default cannot be told from a value given, is set by lattice_worker (create_workers,
 # runtimes' inline workers, `lattice worker`).
-AGENT_LOOP_SLOTS = {"max_concurrent_activities": 1000, "max_cached_workflows": 2000}
-_PLUGIN_SLOTS = ("max_concurrent_activities",)
+ACTIVITY_SLOTS = 1000
+CACHED_RUNS = 2000
 
 # Modules the workflow sandbox passes through instead of re-importing per run:
 PASSTHROUGH = (
@@ -178,10 +178,8 @@ class LatticePlugin(SimplePlugin):
             config["deployment_config"] = versioned_for(deployment, mailboxes=mailboxes)
         if mailboxes:
             return self._mailbox.configure_worker(config)
-        if config.get("tuner") is None:  # a tuner sizes the slots itself
-            for option in _PLUGIN_SLOTS:
-                if config.get(option) is None:
-                    config[option] = AGENT_LOOP_SLOTS[option]
+        if config.get("tuner") is None and config.get("max_concurrent_activities") is None:
+            config["max_concurrent_activities"] = ACTIVITY_SLOTS  # a tuner sizes them itself
         config = super().configure_worker(config)
         client = config.get("client")
         sdk_default = client is None or client.identity == f"{os.getpid()}@{socket.gethostname()}"
@@ -200,7 +198,7 @@ def lattice_worker(
     if plugin is None and not inherited:
         plugin = LatticePlugin()
     if task_queue != mailbox_task_queue():
-        options.setdefault("max_cached_workflows", AGENT_LOOP_SLOTS["max_cached_workflows"])
+        options.setdefault("max_cached_workflows", CACHED_RUNS)
     with warnings.catch_warnings():
         # The SDK warns when a worker and its client carry the same plugin type, as the
         # plugin might configure the worker twice; LatticePlugin.configure_worker makes the
