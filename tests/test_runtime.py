@@ -182,3 +182,38 @@ def test_model_clients_share_one_http_client_per_event_loop():
         (a,) = asyncio.run(ask(one))
         (b,) = asyncio.run(ask(one))  # a new loop: a new HTTP client, still answering
         assert a is not b
+
+
+async def test_serialization_contexts_are_read_directly_and_match_the_sandbox(
+    make_agent, fake_anthropic, monkeypatch
+):
+    """The worker asks a run for the serialization context of every payload (dozens per
+    turn); the SDK's sandbox answered each by compiling and running code inside it. Ours reads
+    the in-sandbox instance directly: every context it gives is the one the SDK's own path
+    gives, for a query with a tool call (activities, queries of its stream, its result)."""
+    from temporalio.worker.workflow_sandbox._runner import _Instance
+
+    from agent_lattice.testing import tool_use
+    from agent_lattice.worker import _sandbox
+
+    from conftest import make_calculator
+
+    asked: list[tuple[object, object]] = []
+    direct = _sandbox._DirectContexts.get_serialization_context
+    took_direct_path: list[bool] = []
+
+    def both(self, command_info):
+        took_direct_path.append(_sandbox.direct_contexts(self))
+        ours = direct(self, command_info)
+        asked.append((ours, _Instance.get_serialization_context(self, command_info)))
+        return ours
+
+    monkeypatch.setattr(_sandbox._DirectContexts, "get_serialization_context", both)
+    fake_anthropic.set_handler(Script(tool_use("calculator", {"expr": "2+3"}), text("five")))
+    agent = make_agent(name="contexts", tools=[make_calculator()])
+    messages = [m async for m in agent.query("add", runtime=make_agent.runtime)]
+    assert messages[-1].result == "five"
+    assert took_direct_path and all(took_direct_path)
+    kinds = {type(ours).__name__ for ours, _ in asked}
+    assert {"ActivitySerializationContext", "WorkflowSerializationContext"} <= kinds, kinds
+    assert [ours for ours, _ in asked] == [sdk for _, sdk in asked]

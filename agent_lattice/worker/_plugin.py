@@ -13,7 +13,7 @@ import pydantic
 from temporalio.client import Client
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from .. import _settings
 from .._errors import LatticeError
@@ -25,6 +25,7 @@ from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._registry import AgentRegistry
+from ._sandbox import LatticeSandboxRunner
 from ._server_wait import ServerWaitInterceptor
 from ._telemetry import tracing_interceptor
 from ._versioning import versioned_for
@@ -120,7 +121,7 @@ class LatticePlugin(SimplePlugin):
         )
         # the tracing interceptor's spans are opentelemetry objects, shared with the host
         passthrough = [*PASSTHROUGH, "opentelemetry"] if self.otel else PASSTHROUGH
-        runner = SandboxedWorkflowRunner(
+        runner = LatticeSandboxRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*passthrough)
         )
         failures: list[type[BaseException]] = [LatticeError, pydantic.ValidationError]
