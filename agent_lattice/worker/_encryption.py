@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
@@ -252,11 +253,31 @@ class _EncryptedWithoutKeys(EncodingPayloadConverter):
 
 class LatticePayloadConverter(PydanticPayloadConverter):
     """Pydantic's JSON converter, and a clear error for encrypted payloads that reach it (a
-    process without keys). Nullary, as ``DataConverter.payload_converter_class`` needs."""
+    process without keys). Nullary, as ``DataConverter.payload_converter_class`` needs.
+
+    The worker makes a DataConverter, and with it one of these, for every workflow
+    activation and every payload with a context of its own (about nine per tool turn, 60 µs
+    each): outside the workflow sandbox they share one set of encoding converters, and with
+    it pydantic's cache of type adapters, as the SDK's default converters share theirs. A
+    run's own converter, made inside the sandbox, keeps a cache of its own (a type there can
+    be a re-imported class that must not outlive the run)."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self._set_converters(*self.converters.values(), _EncryptedWithoutKeys())
+        if workflow.unsafe.in_sandbox():
+            super().__init__()
+            self._set_converters(*self.converters.values(), _EncryptedWithoutKeys())
+        else:
+            self._set_converters(*_shared_encodings())
+
+
+_SHARED: list[EncodingPayloadConverter] = []
+
+
+def _shared_encodings() -> list[EncodingPayloadConverter]:
+    if not _SHARED:  # a race builds two alike: either serves
+        pydantic_json = PydanticPayloadConverter()
+        _SHARED[:] = [*pydantic_json.converters.values(), _EncryptedWithoutKeys()]
+    return _SHARED
 
 
 PLAIN_CONVERTER = DataConverter(payload_converter_class=LatticePayloadConverter)
