@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -14,6 +15,7 @@ from agent_lattice import (
     StreamEventMessage,
     SystemMessage,
     UserMessage,
+    tool,
 )
 from agent_lattice._loop import TRUNCATED_TOOL_CALL
 from agent_lattice.testing import (
@@ -28,7 +30,7 @@ from agent_lattice.testing import (
     tool_use_block,
 )
 
-from conftest import make_calculator
+from conftest import Expr, make_calculator
 
 
 def text_deltas(messages) -> str:
@@ -85,6 +87,29 @@ async def test_tool_loop_yields_typed_messages_in_order(make_agent, fake_anthrop
     assert isinstance(final, AssistantMessage)
     assert final.message.provider_response_id == "msg_final"
     assert final.message.model == "claude-test"
+
+
+async def test_a_tool_call_reaches_the_caller_while_the_tool_runs(make_agent, fake_anthropic):
+    """The reader of a query's messages reads a fast tool turn's two messages at once (one
+    query instead of two), but never waits on a slow tool for it: the assistant message
+    naming the call arrives while the tool still runs."""
+    shown = threading.Event()
+
+    def wait_until_shown(input: Expr) -> str:
+        return "seen while running" if shown.wait(30) else "not seen while running"
+
+    fake_anthropic.set_handler(Script(tool_use("watched", {"expr": "1"}), text("done")))
+    agent = make_agent(
+        name="shown", tools=[tool("watched", "Waits to be shown", Expr, wait_until_shown)]
+    )
+    messages = []
+    async for m in agent.query("go"):
+        messages.append(m)
+        if isinstance(m, AssistantMessage) and m.message.content[0].type == "tool_use":
+            shown.set()
+    user = next(m for m in messages if isinstance(m, UserMessage))
+    assert user.message.content[0].content == "seen while running"
+    assert messages[-1].result == "done"
 
 
 async def test_multi_turn_session_remembers(make_agent, fake_anthropic):

@@ -26,6 +26,7 @@ from .._live_feeds import live_address, live_key
 from .._messages import AssistantMessage, ResultMessage, SDKMessage, StreamEventMessage
 from .._streaming import LiveItem
 from ..workflows._contract import ActivityName
+from ._follow import Landed
 from ._merge import DurableSource, Failed, Live, Mark, Merge, Nested
 
 
@@ -51,6 +52,7 @@ class _Follower:
     def __init__(self, client: Client, workflow_id: str, merge: Merge) -> None:
         self.handle = client.get_workflow_handle(workflow_id)
         self.merge = merge
+        self.landed = Landed()  # what the live events say the run published
         self.read: set[tuple[str, str, int]] = set()  # attempts already read to the end
         self.poll_s = POLL_S
 
@@ -132,15 +134,20 @@ class _Follower:
             if data.get("end"):
                 return
             item = LiveItem.model_validate(data)
+            self.landed.at_least(item.after)  # held until those are read: read them now
             event = StreamEventMessage(
                 event=item.event, session_id="", turn=item.turn, attempt=item.attempt
             )
             await self.merge.put_live(event, item.after)
 
 
-async def _durable(runtime: Source, workflow_id: str, from_offset: int, merge: Merge) -> None:
+async def _durable(
+    runtime: Source, workflow_id: str, from_offset: int, merge: Merge, landed: Landed
+) -> None:
     try:
-        async for message in runtime.durable_messages(workflow_id, from_offset=from_offset):
+        async for message in runtime.durable_messages(
+            workflow_id, from_offset=from_offset, landed=landed
+        ):
             await merge.put(message)
     except Exception as err:
         await merge.put(Failed(err))
@@ -154,7 +161,9 @@ async def attached_messages(
     """The run's durable messages from ``from_offset`` with its live stream events."""
     merge = Merge(seen=from_offset)
     follower = _Follower(runtime.client, workflow_id, merge)
-    durable = asyncio.create_task(_durable(runtime, workflow_id, from_offset, merge))
+    durable = asyncio.create_task(
+        _durable(runtime, workflow_id, from_offset, merge, follower.landed)
+    )
     live = asyncio.create_task(follower.run())
     session_id, closed_turn = "", 0
     try:

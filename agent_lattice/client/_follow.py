@@ -5,7 +5,8 @@ updates: every poll is an accepted update, a workflow task and two history event
 holding the messages again (about six events per turn on a query). Here the reader waits on
 the run's history instead, a server-side long poll that writes nothing, and after each
 completed workflow task (the only moment a workflow publishes) reads what was published
-with the stream's poll *query*: no history, no workflow task on the server's side. The
+with the stream's poll *query*: no history, no workflow task on the server's side. A
+workflow task that follows within ``COALESCE_S`` is read with the same query. The
 stream stays the source of truth (offsets, order, continue-as-new); the messages published
 by the workflow task that closes the run (its last reply and result) come with its output
 (``AgentRunOutput.tail``), read from the same history long poll.
@@ -30,7 +31,7 @@ from temporalio.service import RPCError
 from .._errors import LatticeError
 from ..workflows._types import AgentRunOutput
 
-__all__ = ["CLOSED_EVENTS", "Truncated", "published"]
+__all__ = ["CLOSED_EVENTS", "Landed", "Truncated", "published"]
 
 log = logging.getLogger("agent_lattice.query")
 
@@ -39,8 +40,23 @@ POLL_QUERY = "__temporal_workflow_stream_poll"  # the stream's poll, as a query
 # the next workflow task, or after this long
 QUERY_TIMEOUT = timedelta(seconds=10)
 RETRY_S = 1.0
+# A tool turn publishes twice (the model's message, then the tool's result), one workflow
+# task apart, and each read is a query: ~5.5 ms of CPU between server, worker and client.
+# After a workflow task the reader waits this long for the next one and reads both at once
+# (a fast tool's turn costs one query; a slow tool's message is this much late at most),
+# unless live events name messages it has not read (``Landed``): then it reads at once.
+COALESCE_S = 0.05
+# A page of history that ends inside a workflow task (scheduled or started) is followed by
+# its completion soon: waiting before the next long poll reads the two together (about six
+# pages per tool turn were six history reads on the server). The wait follows how long
+# tasks take past such a page (a loaded server's are slower), within these bounds.
+PAGE_GAP_S, PAGE_GAP_MAX_S = 0.02, 0.1
 
 _PUBLISHING = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+_IN_TASK = {  # a page ending here is about to be followed by the task's completion
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+}
 _CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 _COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
 CLOSED_EVENTS = {  # however a run ends
@@ -56,22 +72,43 @@ class Truncated(LatticeError):
     """The reader is further behind than the stream keeps (after continue-as-new)."""
 
 
-class _Watch:
-    """One run's history, long-polled: wakes the reader at each completed workflow task and
-    says when the run closed (``continued``: into a new run of the same workflow id)."""
+class Landed:
+    """How many messages a run is known to have published, from what its live events say
+    (``LiveItem.after``): a reader behind it reads at once instead of waiting to batch."""
 
-    def __init__(self, handle: WorkflowHandle[Any, Any]) -> None:
+    def __init__(self) -> None:
+        self.count = 0
         self.changed = asyncio.Event()
+
+    def at_least(self, count: int) -> None:
+        if count > self.count:
+            self.count = count
+            self.changed.set()
+
+
+class _Watch:
+    """One run's history, long-polled: counts its completed workflow tasks (``next_task``)
+    and says when the run closed (``continued``: into a new run of the same workflow id).
+    ``changed`` is set at each, and by live events naming messages (``Landed``)."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any], changed: asyncio.Event) -> None:
+        self.changed = changed
         self.closed = False
         self.continued = False
         self.result: Payloads | None = None  # a completed run's result
         self.error: BaseException | None = None
+        self.tasks = 0  # completed workflow tasks seen
+        self._read = 0  # ... when the stream was last read (what that read covers)
         self._task = asyncio.ensure_future(self._run(handle))
 
     async def _run(self, handle: WorkflowHandle[Any, Any]) -> None:
         try:
-            async for event in handle.fetch_history_events(wait_new_event=True):
+            loop = asyncio.get_running_loop()
+            gap, in_task_at = PAGE_GAP_S, None
+            events = handle.fetch_history_events(wait_new_event=True)
+            async for event in events:
                 if event.event_type == _PUBLISHING:
+                    self.tasks += 1
                     self.changed.set()
                 elif event.event_type == _CONTINUED:
                     self.continued = self.closed = True
@@ -79,13 +116,44 @@ class _Watch:
                     self.closed = True
                     if event.event_type == _COMPLETED:
                         self.result = event.workflow_execution_completed_event_attributes.result
+                page = events.current_page
+                if page is None or events.current_page_index < len(page):
+                    continue  # not the last of its page
+                now = loop.time()
+                if event.event_type == _PUBLISHING and in_task_at is not None:
+                    # how long the task took past the page: the next gap (the server's load)
+                    took = now - in_task_at
+                    gap = min(max(PAGE_GAP_S, (gap + took) / 2), PAGE_GAP_MAX_S)
+                in_task_at = None
+                if self.tasks and event.event_type in _IN_TASK:  # (the run's first: at once)
+                    await asyncio.sleep(gap)
+                    in_task_at = now
             self.closed = True
         except Exception as err:  # the reader decides (the server is away, ...)
             self.error = err
         finally:
             self.changed.set()
 
-    async def wait(self, at_most_s: float | None = None) -> None:
+    def reading(self) -> None:
+        """The stream is being read: it holds what every task seen so far published."""
+        self._read = self.tasks
+
+    async def next_task(self) -> None:
+        """Until a workflow task completed after the last read (or the run closed, or the
+        history could not be read)."""
+        while self.tasks == self._read and not self.closed and self.error is None:
+            self.changed.clear()
+            await self.changed.wait()
+
+    async def settle(self, at_most_s: float) -> None:
+        """Until the next workflow task completes or live events name messages, at most
+        ``at_most_s``."""
+        self.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), at_most_s)
+
+    async def wait(self, at_most_s: float) -> None:
+        """Until anything changed, at most ``at_most_s``."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.changed.wait(), at_most_s)
         self.changed.clear()
@@ -97,20 +165,27 @@ class _Watch:
 
 
 async def published(
-    client: Client, workflow_id: str, topic: str, from_offset: int = 0
+    client: Client,
+    workflow_id: str,
+    topic: str,
+    from_offset: int = 0,
+    landed: Landed | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The items published on ``topic`` from ``from_offset`` (decoded by the client's payload
     converter) while the run (and the runs it continues as) is running; ends once it closed.
-    Raises :class:`Truncated` when the stream no longer holds ``from_offset``."""
+    Raises :class:`Truncated` when the stream no longer holds ``from_offset``. ``landed``:
+    what the run's live events say it published (read at once when behind)."""
     converter = client.data_converter.payload_converter
     offset = from_offset
+    landed = landed or Landed()
     while True:
         handle = client.get_workflow_handle(workflow_id)  # the latest run
-        watch = _Watch(handle)
+        watch = _Watch(handle, landed.changed)
         try:
             # the run's last workflow task closes it: what it published is the record's to
             # give (or, continued as new, the next run's stream's)
             while not watch.closed:
+                watch.reading()
                 try:
                     result = await handle.query(
                         POLL_QUERY,
@@ -130,7 +205,10 @@ async def published(
                     yield converter.from_payload(payload)
                     offset = wire.offset + 1
                 if not result.more_ready:
-                    await watch.wait()
+                    await watch.next_task()
+                    if not watch.closed and landed.count <= offset:
+                        # the next workflow task, if it comes soon, is read with this one
+                        await watch.settle(COALESCE_S)
                 if watch.error is not None:
                     raise watch.error
         finally:

@@ -27,6 +27,7 @@ from .._messages import (
     UserMessage,
 )
 from .._streaming import LiveItem
+from ._follow import Landed
 
 __all__ = ["Failed", "Live", "Mark", "Merge", "Nested", "Producers", "follows"]
 
@@ -37,7 +38,12 @@ class DurableSource(Protocol):
     """Where durable messages are read from (the runtime)."""
 
     def durable_messages(
-        self, workflow_id: str, *, from_offset: int = 0, appears_within: float | None = None
+        self,
+        workflow_id: str,
+        *,
+        from_offset: int = 0,
+        appears_within: float | None = None,
+        landed: Landed | None = None,
     ) -> AsyncIterator[SDKMessage]: ...
 
 
@@ -144,8 +150,10 @@ class Producers:
         self.merge, self.source, self.session_id = merge, source, session_id
         self.appears_s = appears_s  # how long a run's workflow may take to appear
         self.members: list[asyncio.Task[None]] = []
+        self.landed = Landed()  # what the live events say the run published
 
     async def live(self, item: LiveItem) -> None:
+        self.landed.at_least(item.after)  # held until those are read: read them now
         event = StreamEventMessage(
             event=item.event, session_id=self.session_id, turn=item.turn, attempt=item.attempt
         )
@@ -158,7 +166,7 @@ class Producers:
         the caller sees it; a failed write ends them with ``Mark.STORE_FAILED``."""
         try:
             async for message in self.source.durable_messages(
-                workflow_id, appears_within=self.appears_s
+                workflow_id, appears_within=self.appears_s, landed=self.landed
             ):
                 if not await landed(message):
                     await self.merge.put(Mark.STORE_FAILED)

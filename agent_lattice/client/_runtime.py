@@ -42,7 +42,7 @@ from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._attach import attached_messages
 from ._connection import PemSource, TemporalConnection
-from ._follow import published
+from ._follow import Landed, published
 from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
 from ._open import open_client
 from ._orphans import (
@@ -275,14 +275,20 @@ class Runtime:
     # -- runs ----------------------------------------------------------------------------
 
     def durable_messages(
-        self, workflow_id: str, *, from_offset: int = 0, appears_within: float | None = None
+        self,
+        workflow_id: str,
+        *,
+        from_offset: int = 0,
+        appears_within: float | None = None,
+        landed: Landed | None = None,
     ) -> AsyncIterator[SDKMessage]:
         """The durable messages of a run (system, assistant, user, result) from ``from_offset``.
 
         A run that does not exist raises ``RPCError`` (NOT_FOUND) at once, unless it may be
         about to start: it waits ``appears_within`` seconds for it (default: 60 s when a
-        running team workflow may start it as its lead's query, else none)."""
-        return self._durable(workflow_id, from_offset, appears_within)
+        running team workflow may start it as its lead's query, else none). ``landed``: how
+        many messages the run's live events say it published (they are then read at once)."""
+        return self._durable(workflow_id, from_offset, appears_within, landed)
 
     def attach(self, workflow_id: str, *, from_offset: int = 0) -> AsyncIterator[SDKMessage]:
         """A run's messages as its own ``query()`` caller sees them, from anywhere: the durable
@@ -291,7 +297,11 @@ class Runtime:
         return attached_messages(self, workflow_id, from_offset)
 
     async def _durable(
-        self, workflow_id: str, from_offset: int, appears_within: float | None
+        self,
+        workflow_id: str,
+        from_offset: int,
+        appears_within: float | None,
+        landed: Landed | None = None,
     ) -> AsyncIterator[SDKMessage]:
         handle = self.client.get_workflow_handle(workflow_id)
         deadline: float | None = None
@@ -319,7 +329,7 @@ class Runtime:
                 yield message
             return
         # read without writing to the run's history (see _follow); it ends once the run closed
-        items = published(self.client, workflow_id, MESSAGES_TOPIC, from_offset)
+        items = published(self.client, workflow_id, MESSAGES_TOPIC, from_offset, landed)
         seen = from_offset  # the messages given so far
         try:
             async for item in items:
