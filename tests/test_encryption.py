@@ -281,3 +281,23 @@ async def test_unencrypted_payloads_still_decode_and_a_tampered_one_is_refused()
     sealed.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
     with pytest.raises(UnknownEncryptionKeyError, match="a damaged payload"):
         await keyed.decode([sealed])
+
+
+def test_converters_share_type_adapters_but_a_run_keeps_its_own() -> None:
+    """The worker makes a payload converter per activation and per payload context: outside
+    the workflow sandbox they share one JSON converter (and pydantic's type adapters). A run's
+    own converter, made inside the sandbox, keeps a cache of its own: a class the sandbox
+    re-imports for the run must not outlive it in a process-wide cache."""
+    from temporalio.workflow import unsafe
+
+    from agent_lattice.worker._encryption import LatticePayloadConverter
+
+    outside = LatticePayloadConverter()
+    assert outside.converters[b"json/plain"] is LatticePayloadConverter().converters[b"json/plain"]
+    unsafe._set_in_sandbox(True)
+    try:
+        in_run = LatticePayloadConverter()
+    finally:
+        unsafe._set_in_sandbox(False)
+    assert in_run.converters[b"json/plain"] is not outside.converters[b"json/plain"]
+    assert set(in_run.converters) == set(outside.converters)  # with the encrypted-payload guard
