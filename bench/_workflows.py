@@ -7,6 +7,7 @@ them cheaply, exactly like it imports ``AgentWorkflow``.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
@@ -86,3 +87,35 @@ class StreamBench:
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result
+
+
+# -- the P6 floor ------------------------------------------------------------------------
+
+
+_client: Any = None
+
+
+@activity.defn(name="bench.model_call")
+async def model_call(prompt: str) -> str:
+    """One streamed model request with the Anthropic SDK, as the model activity makes it."""
+    global _client
+    if _client is None:  # one per process, as agent_lattice's model clients share theirs
+        import os
+
+        import anthropic
+
+        _client = anthropic.AsyncAnthropic(api_key="b", base_url=os.environ["ANTHROPIC_BASE_URL"])
+    async with _client.messages.stream(
+        model="claude-test", max_tokens=64, messages=[{"role": "user", "content": prompt}]
+    ) as stream:
+        message = await stream.get_final_message()
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+@workflow.defn(name="BareModelCall")
+class BareModelCall:
+    """One model request as an activity: what a query waiting on the model needs at least."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        return await workflow.execute_activity(model_call, prompt, start_to_close_timeout=TIMEOUT)

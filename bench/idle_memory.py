@@ -13,6 +13,11 @@ before) / N, the worker's peak RSS (``VmHWM``), whether every query succeeded, a
 client's KB per query for comparison (it is not the target's). Rounds run in order of N and
 the allocator keeps freed memory, so a round after a bigger one reads low: the default order
 is smallest first.
+
+Then the same rounds on the **floor** (``--no-floor`` skips it): a worker process of plain
+Temporal (``_idle_floor.py``, sized like a lattice worker) whose workflow awaits one activity
+that streams one model request with the Anthropic SDK (``_workflows.BareModelCall``): the
+least a durable query waiting on the model can hold with this SDK.
 """
 
 from __future__ import annotations
@@ -21,11 +26,51 @@ import argparse
 import asyncio
 import gc
 import os
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from _common import emit, lattice_home, note, start_library_server, status_kb, table
 from scale_out import Workers, model_process, round_of
+from temporalio.client import Client
+
+HERE = Path(__file__).resolve().parent
+
+
+async def measure(
+    system: str, pid: int, n: int, wait_s: float, start: Callable[[int], Awaitable[object]]
+) -> list[object]:
+    """One row: the worker ``pid``'s RSS before, while ``n`` queries wait and after."""
+    note(f"idle_memory: {system}, {n} queries waiting {wait_s:g} s…")
+    gc.collect()
+    before, client_before = status_kb(pid, "VmRSS"), status_kb("self", "VmRSS")
+    started = time.monotonic()
+    run = asyncio.ensure_future(start(n))
+    # every request reaches the model well before it answers; read at 3/4 of it
+    await asyncio.sleep(wait_s * 0.75)
+    during, client_during = status_kb(pid, "VmRSS"), status_kb("self", "VmRSS")
+    ok = True
+    try:
+        await run
+    except RuntimeError as err:
+        ok = False
+        note(f"idle_memory: {err}")
+    after = status_kb(pid, "VmRSS")
+    return [
+        system,
+        n,
+        (during - before) / n,
+        before / 1024,
+        during / 1024,
+        after / 1024,
+        status_kb(pid, "VmHWM") / 1024,
+        "yes" if ok else "no",
+        time.monotonic() - started,
+        (client_during - client_before) / n,
+    ]
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -44,51 +89,45 @@ async def bench(args: argparse.Namespace) -> None:
         }
         os.environ.update({k: env[k] for k in ("ANTHROPIC_BASE_URL", "LATTICE_TASK_QUEUE_PREFIX")})
         workers = Workers(1, env, home)
+        floor = None
         runtime = None
         try:
             await workers.ready()
             import _scale_app
 
-            pid = workers.procs[0].pid
             runtime = await Runtime.connect(server.address, inline_workers=False, quiet=True)
-            await round_of(runtime, _scale_app.agent, 4)  # warm-up
+
+            async def queries(n: int) -> object:
+                return await round_of(runtime, _scale_app.agent, n)
+
+            await queries(4)  # warm-up
             for n in args.queries:
-                note(f"idle_memory: {n} queries waiting {args.wait:g} s…")
-                gc.collect()
-                before, client_before = status_kb(pid, "VmRSS"), status_kb("self", "VmRSS")
-                started = time.monotonic()
-                run = asyncio.ensure_future(round_of(runtime, _scale_app.agent, n))
-                # every request reaches the model well before it answers; read at 3/4 of it
-                await asyncio.sleep(args.wait * 0.75)
-                during, client_during = status_kb(pid, "VmRSS"), status_kb("self", "VmRSS")
-                ok = True
-                try:
-                    await run
-                except RuntimeError as err:
-                    ok = False
-                    note(f"idle_memory: {err}")
-                after = status_kb(pid, "VmRSS")
                 rows.append(
-                    [
-                        n,
-                        (during - before) / n,
-                        before / 1024,
-                        during / 1024,
-                        after / 1024,
-                        status_kb(pid, "VmHWM") / 1024,
-                        "yes" if ok else "no",
-                        time.monotonic() - started,
-                        (client_during - client_before) / n,
-                    ]
+                    await measure("agent-lattice", workers.procs[0].pid, n, args.wait, queries)
                 )
+            workers.stop()
+            if args.floor:
+                floor = floor_worker(env)
+                await polling(floor)
+
+                async def bare(n: int) -> object:
+                    return await bare_calls(runtime.client, n)
+
+                await bare(4)
+                for n in args.queries:
+                    rows.append(await measure("floor", floor.pid, n, args.wait, bare))
         finally:
             if runtime is not None:
                 await runtime.close()
             workers.stop()
+            if floor is not None:
+                floor.terminate()
+                floor.wait(30)
             server.stop()
     emit(
         table(
             [
+                "worker",
                 "queries",
                 "worker KB per waiting query",
                 "worker RSS before MB",
@@ -106,6 +145,39 @@ async def bench(args: argparse.Namespace) -> None:
     )
 
 
+def floor_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The floor's worker process (``_idle_floor.py``): it prints ``ready`` once it polls."""
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "_idle_floor.py")],
+        env=env,
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def polling(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+    if line.strip() != b"ready":
+        raise RuntimeError(f"the floor's worker did not start (exit {proc.poll()})")
+
+
+async def bare_calls(client: Client, n: int) -> None:
+    """``n`` BareModelCall workflows at once, to their results."""
+    from _idle_floor import QUEUE
+
+    run = uuid.uuid4().hex[:6]
+    await asyncio.gather(
+        *(
+            client.execute_workflow(
+                "BareModelCall", f"query {i}", id=f"floor-{run}-{i}", task_queue=QUEUE
+            )
+            for i in range(n)
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -115,6 +187,12 @@ def main() -> None:
         help="N concurrent queries per round, e.g. 200,1000 (smallest first)",
     )
     parser.add_argument("--wait", type=float, default=20.0, help="the model's latency, s")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the floor (plain Temporal: a workflow awaiting one model-call activity)",
+    )
     asyncio.run(bench(parser.parse_args()))
 
 
