@@ -47,10 +47,10 @@ RETRY_S = 1.0
 # unless live events name messages it has not read (``Landed``): then it reads at once.
 COALESCE_S = 0.05
 # A page of history that ends inside a workflow task (scheduled or started) is followed by
-# its completion soon: waiting before the next long poll reads the two together (about six
-# pages per tool turn were six history reads on the server). The wait follows how long
-# tasks take past such a page (a loaded server's are slower), within these bounds.
-PAGE_GAP_S, PAGE_GAP_MAX_S = 0.02, 0.1
+# its completion within milliseconds on a server with room: waiting this long before the next
+# long poll reads the two together (pages per tool turn: 6.3 -> 2.6 at one query at a time;
+# a loaded worker's tasks take longer, and its pages stay about six).
+PAGE_GAP_S = 0.02
 
 _PUBLISHING = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 _IN_TASK = {  # a page ending here is about to be followed by the task's completion
@@ -103,8 +103,6 @@ class _Watch:
 
     async def _run(self, handle: WorkflowHandle[Any, Any]) -> None:
         try:
-            loop = asyncio.get_running_loop()
-            gap, in_task_at = PAGE_GAP_S, None
             events = handle.fetch_history_events(wait_new_event=True)
             async for event in events:
                 if event.event_type == _PUBLISHING:
@@ -117,17 +115,13 @@ class _Watch:
                     if event.event_type == _COMPLETED:
                         self.result = event.workflow_execution_completed_event_attributes.result
                 page = events.current_page
-                if page is None or events.current_page_index < len(page):
-                    continue  # not the last of its page
-                now = loop.time()
-                if event.event_type == _PUBLISHING and in_task_at is not None:
-                    # how long the task took past the page: the next gap (the server's load)
-                    took = now - in_task_at
-                    gap = min(max(PAGE_GAP_S, (gap + took) / 2), PAGE_GAP_MAX_S)
-                in_task_at = None
-                if self.tasks and event.event_type in _IN_TASK:  # (the run's first: at once)
-                    await asyncio.sleep(gap)
-                    in_task_at = now
+                if (  # the last of its page, inside a task (the run's first: read at once)
+                    self.tasks
+                    and event.event_type in _IN_TASK
+                    and page is not None
+                    and events.current_page_index == len(page)
+                ):
+                    await asyncio.sleep(PAGE_GAP_S)
             self.closed = True
         except Exception as err:  # the reader decides (the server is away, ...)
             self.error = err
