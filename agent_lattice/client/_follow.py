@@ -176,6 +176,9 @@ async def published(
         handle = client.get_workflow_handle(workflow_id)  # the latest run
         watch = _Watch(handle, landed.changed)
         try:
+            # nothing is published before the run's first workflow task completes (a run
+            # under way has: its history's first page says so)
+            await watch.next_task()
             # the run's last workflow task closes it: what it published is the record's to
             # give (or, continued as new, the next run's stream's)
             while not watch.closed:
