@@ -128,6 +128,11 @@ class _Watch:
         finally:
             self.changed.set()
 
+    @property
+    def unread(self) -> int:
+        """Completed workflow tasks seen since the last read."""
+        return self.tasks - self._read
+
     def reading(self) -> None:
         """The stream is being read: it holds what every task seen so far published."""
         self._read = self.tasks
@@ -203,8 +208,10 @@ async def published(
                     offset = wire.offset + 1
                 if not result.more_ready:
                     await watch.next_task()
-                    if not watch.closed and landed.count <= offset:
+                    if not watch.closed and watch.unread == 1 and landed.count <= offset:
                         # the next workflow task, if it comes soon, is read with this one
+                        # (with two unread, read now: the next may close the run, and its
+                        # output carries only what the closing task published)
                         await watch.settle(COALESCE_S)
                 if watch.error is not None:
                     raise watch.error
