@@ -55,7 +55,7 @@ async def measure(
     ok = True
     try:
         await run
-    except RuntimeError as err:
+    except Exception as err:  # a query that failed (a result, or the workflow's failure)
         ok = False
         note(f"idle_memory: {err}")
     after = status_kb(pid, "VmRSS")

@@ -112,6 +112,28 @@ async def test_a_tool_call_reaches_the_caller_while_the_tool_runs(make_agent, fa
     assert messages[-1].result == "done"
 
 
+async def test_a_reader_behind_a_closed_run_reads_the_rest_of_its_stream(
+    make_agent, fake_anthropic
+):
+    """A batched read can find the run closed with more unread than its closing task
+    published (which its output carries): the closed run's stream answers the rest, so no
+    message (a team's events among them) is lost. A reader that starts after the end is the
+    furthest behind there is."""
+    from agent_lattice.client._follow import published
+    from agent_lattice.workflows._agent import MESSAGES_TOPIC
+    from agent_lattice.workflows._refs import workflow_id_for
+
+    fake_anthropic.set_handler(Script(tool_use("calculator", {"expr": "2+2"}), text("4")))
+    agent = make_agent(name="behind", tools=[make_calculator()])
+    given = [m for m in await collect(agent.query("go")) if m.type != "stream_event"]
+    client = make_agent.runtime.client
+    items = [item async for item in published(client, workflow_id_for(agent, 1), MESSAGES_TOPIC)]
+    assert [item["type"] for item in items] == [m.type for m in given]
+    assert [item["type"] for item in items] == [
+        "system", "assistant", "user", "assistant", "result"
+    ]  # fmt: skip
+
+
 async def test_multi_turn_session_remembers(make_agent, fake_anthropic):
     fake_anthropic.set_handler(Script(text("Nice to meet you, Ada."), text("Your name is Ada.")))
     agent = make_agent()

@@ -18,7 +18,7 @@ import asyncio
 import base64
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import PollInput, PollResult
+from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from .._errors import LatticeError
@@ -163,6 +164,53 @@ class _Watch:
             await self._task
 
 
+async def _poll(handle: WorkflowHandle[Any, Any], topic: str, offset: int) -> PollResult:
+    return await handle.query(
+        POLL_QUERY,
+        PollInput(topics=[topic], from_offset=offset),
+        result_type=PollResult,
+        rpc_timeout=QUERY_TIMEOUT,
+    )
+
+
+def _items(
+    workflow_id: str, result: PollResult, offset: int, converter: PayloadConverter
+) -> Iterator[tuple[int, Any]]:
+    """Each item of a poll from ``offset`` with the offset after it."""
+    if result.items and result.items[0].offset > offset:
+        raise Truncated(f"{workflow_id}: offset {offset} is no longer kept")
+    for wire in result.items:
+        payload = Payload()
+        payload.ParseFromString(base64.b64decode(wire.data))
+        yield wire.offset + 1, converter.from_payload(payload)
+
+
+async def _closed_run_items(
+    handle: WorkflowHandle[Any, Any],
+    topic: str,
+    offset: int,
+    upto: int,
+    converter: PayloadConverter,
+) -> list[Any]:
+    """The items ``offset`` to ``upto`` of a closed run's stream: it answers the stream's
+    query too (a worker replays it)."""
+    items: list[Any] = []
+    while offset < upto:
+        try:
+            result = await _poll(handle, topic, offset)
+        except RPCError as err:
+            raise Truncated(f"{handle.id}: messages {offset}-{upto} unread") from err
+        before = offset
+        for after, item in _items(handle.id, result, offset, converter):
+            if after > upto:
+                break
+            items.append(item)
+            offset = after
+        if offset == before:
+            raise Truncated(f"{handle.id}: messages {offset}-{upto} unread")
+    return items
+
+
 async def published(
     client: Client,
     workflow_id: str,
@@ -189,23 +237,14 @@ async def published(
             while not watch.closed:
                 watch.reading()
                 try:
-                    result = await handle.query(
-                        POLL_QUERY,
-                        PollInput(topics=[topic], from_offset=offset),
-                        result_type=PollResult,
-                        rpc_timeout=QUERY_TIMEOUT,
-                    )
+                    result = await _poll(handle, topic, offset)
                 except RPCError as err:
                     log.debug("stream of %s not read yet: %s", workflow_id, err)
                     await watch.wait(RETRY_S)
                     continue
-                if result.items and result.items[0].offset > offset:
-                    raise Truncated(f"{workflow_id}: offset {offset} is no longer kept")
-                for wire in result.items:
-                    payload = Payload()
-                    payload.ParseFromString(base64.b64decode(wire.data))
-                    yield converter.from_payload(payload)
-                    offset = wire.offset + 1
+                for after, item in _items(workflow_id, result, offset, converter):
+                    yield item
+                    offset = after
                 if not result.more_ready:
                     await watch.next_task()
                     if not watch.closed and watch.unread == 1 and landed.count <= offset:
@@ -220,8 +259,13 @@ async def published(
         if watch.result is not None:
             # what the closing workflow task published travels in the run's output
             (output,) = await client.data_converter.decode(watch.result.payloads, [AgentRunOutput])
-            if output.tail_from > offset:
-                raise Truncated(f"{workflow_id}: messages {offset}-{output.tail_from} unread")
+            if offset < output.tail_from:
+                # the run closed before the reader read an earlier task's messages
+                for item in await _closed_run_items(
+                    handle, topic, offset, output.tail_from, converter
+                ):
+                    yield item
+                offset = output.tail_from
             for item in output.tail[offset - output.tail_from :]:
                 yield item
         if not watch.continued:
