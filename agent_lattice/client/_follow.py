@@ -9,7 +9,9 @@ with the stream's poll *query*: no history, no workflow task on the server's sid
 workflow task that follows within ``COALESCE_S`` is read with the same query. The
 stream stays the source of truth (offsets, order, continue-as-new); the messages published
 by the workflow task that closes the run (its last reply and result) come with its output
-(``AgentRunOutput.tail``), read from the same history long poll.
+(``AgentRunOutput.tail``), read from the same history long poll. A reader that finds the run
+closed with an earlier task's messages unread reads them from the closed run's stream (the
+same query, which a worker answers by replaying the run).
 """
 
 from __future__ import annotations
@@ -146,11 +148,10 @@ class _Watch:
             await self.changed.wait()
 
     async def settle(self, at_most_s: float) -> None:
-        """Until the next workflow task completes or live events name messages, at most
-        ``at_most_s``."""
+        """Until the next workflow task completes or live events name messages (what
+        happened before does not count), at most ``at_most_s``."""
         self.changed.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), at_most_s)
+        await self.wait(at_most_s)
 
     async def wait(self, at_most_s: float) -> None:
         """Until anything changed, at most ``at_most_s``."""

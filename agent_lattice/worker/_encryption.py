@@ -256,11 +256,11 @@ class LatticePayloadConverter(PydanticPayloadConverter):
     process without keys). Nullary, as ``DataConverter.payload_converter_class`` needs.
 
     The worker makes a DataConverter, and with it one of these, for every workflow
-    activation and every payload with a context of its own (about nine per tool turn, 60 µs
-    each): outside the workflow sandbox they share one set of encoding converters, and with
-    it pydantic's cache of type adapters, as the SDK's default converters share theirs. A
-    run's own converter, made inside the sandbox, keeps a cache of its own (a type there can
-    be a re-imported class that must not outlive the run)."""
+    activation and every payload with a context of its own (about nine per tool turn, 10 µs
+    each to build): outside the workflow sandbox they share one set of encoding converters,
+    and with it pydantic's cache of type adapters, as the SDK's default converters share
+    theirs. A run's own converter, made inside the sandbox, keeps a cache of its own (a type
+    there can be a re-imported class that must not outlive the run)."""
 
     def __init__(self) -> None:
         if workflow.unsafe.in_sandbox():
