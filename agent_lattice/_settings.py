@@ -6,6 +6,7 @@ applications) set these variables after the package is imported, per test or per
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "lattice_home",
     "metrics_port",
     "otel",
+    "park_after",
     "reconnect_s",
     "stream_host",
     "task_queue_prefix",
@@ -103,6 +105,25 @@ def otel() -> bool:
     """``LATTICE_OTEL``: trace queries with OpenTelemetry, exported over OTLP (``1``/``true``/
     ``yes`` turn it on; the ``OTEL_*`` variables say where to)."""
     return os.environ.get("LATTICE_OTEL", "").strip().lower() in ("1", "true", "yes")
+
+
+def park_after() -> float | None:
+    """``LATTICE_PARK_AFTER``: seconds a run waits idle before its worker parks it (evicts it
+    from its cache, see ``worker/_park``); ``off``/``never`` never parks; None when unset."""
+    raw = os.environ.get("LATTICE_PARK_AFTER", "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("off", "never"):
+        return math.inf
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:  # NaN too
+        raise ConfigurationError(
+            f"LATTICE_PARK_AFTER={raw!r} is not a number of seconds >= 0 (or 'off')"
+        )
+    return value
 
 
 def metrics_port() -> int | None:

@@ -265,6 +265,16 @@ def worker(
             "from its history on its next step).",
         ),
     ] = CACHED_RUNS,
+    park_after: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Seconds a run waits idle (on the model, a tool, a person) before it leaves "
+            "the worker's memory until its next step, replayed from its history then "
+            "[default: LATTICE_PARK_AFTER, else 10; inf: never].",
+            show_default=False,
+        ),
+    ] = None,
     *,
     connection: TemporalConnection,
 ) -> None:
@@ -281,6 +291,7 @@ def worker(
     slots = {
         "max_concurrent_activities": max_concurrent_activities,
         "max_cached_workflows": max_cached_workflows,
+        "park_after": park_after,
     }
     execute(
         lambda: _worker(

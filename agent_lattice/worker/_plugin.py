@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import warnings
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._encryption import EncryptionKeysLike, lattice_data_converter
+from ._park import park_after_seconds, park_idle_runs
 from ._registry import AgentRegistry
 from ._sandbox import LatticeSandboxRunner
 from ._server_wait import ServerWaitInterceptor
@@ -97,7 +99,9 @@ class LatticePlugin(SimplePlugin):
     traces with OpenTelemetry: on a client, its calls and every worker made from it.
     ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS`` / ``LATTICE_ENCRYPTION_KEYS_FILE``)
     encrypts every payload with AES-256-GCM (``_encryption``): on a client, its calls and
-    every worker made from it; on a ``Replayer``, what it decodes.
+    every worker made from it; on a ``Replayer``, what it decodes. ``park_after`` (default
+    ``LATTICE_PARK_AFTER``, else 10 s; ``math.inf`` never): a worker evicts a run from its
+    cache once it has waited that long with no step (``worker/_park``).
     """
 
     def __init__(
@@ -107,7 +111,9 @@ class LatticePlugin(SimplePlugin):
         tool_threads: int = DEFAULT_TOOL_THREADS,
         otel: bool | None = None,
         encryption_keys: EncryptionKeysLike | None = None,
+        park_after: float | None = None,
     ) -> None:
+        self.park_after = park_after_seconds(park_after)
         # the keys are checked (and the extra's presence) here, before any server is reached
         converter = lattice_data_converter(encryption_keys)
         self.otel = _settings.otel() if otel is None else otel
@@ -164,9 +170,14 @@ class LatticePlugin(SimplePlugin):
             interceptors=tracing or None,
         )
 
-    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+    @staticmethod
+    def _steps_aside(plugin: LatticePlugin, config: WorkerConfig) -> bool:
+        """Whether ``plugin`` is a client's, beside the worker's own LatticePlugin."""
         own = [p for p in config.get("plugins") or () if isinstance(p, LatticePlugin)]
-        if own and self not in own:
+        return bool(own) and plugin not in own
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        if self._steps_aside(self, config):
             return config  # a client's plugin: the worker's own LatticePlugin wires it
         mailboxes = config.get("task_queue") == mailbox_task_queue()
         deployment = config.get("deployment_config")
@@ -189,6 +200,16 @@ class LatticePlugin(SimplePlugin):
             config["identity"] = process_identity() + _live_suffix()
         return config
 
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        if self._steps_aside(self, worker.config()):
+            return await next(worker)
+        # runs idle for park_after leave the cache while they wait (worker/_park)
+        parking = asyncio.create_task(park_idle_runs(worker, self.park_after))
+        try:
+            await super().run_worker(worker, next)
+        finally:
+            parking.cancel()
+
 
 def lattice_worker(
     client: Client, *, task_queue: str, plugin: LatticePlugin | None = None, **options: Any
@@ -208,11 +229,14 @@ def lattice_worker(
         return Worker(client, task_queue=task_queue, plugins=[plugin] if plugin else [], **options)
 
 
-def create_mailbox_worker(client: Client, **options: Any) -> Worker:
+def create_mailbox_worker(
+    client: Client, *, plugin: LatticePlugin | None = None, **options: Any
+) -> Worker:
     """A worker for the team mailbox workflows (``create_workflow_mailbox``) of this task
-    queue namespace. Any lattice process can host them: they hold no process's objects."""
+    queue namespace. Any lattice process can host them: they hold no process's objects.
+    ``plugin``: a LatticePlugin of its own (its ``park_after``), else the client's."""
     # Short-lived processes (a `lattice team` command, a script) host mailboxes too: when
     # one has gone, the next process should not wait long on its sticky queue. (A value
     # given to create_workers() wins: it was a TypeError.)
     options.setdefault("sticky_queue_schedule_to_start_timeout", timedelta(seconds=1))
-    return lattice_worker(client, task_queue=mailbox_task_queue(), **options)
+    return lattice_worker(client, task_queue=mailbox_task_queue(), plugin=plugin, **options)

@@ -15,9 +15,13 @@ Where the in-sandbox instance is not where the SDK keeps it, the SDK's own path 
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+from temporalio.worker import StartLocalActivityInput, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 # private to the SDK: the pin in pyproject.toml (temporalio 1.35.x) keeps it where it is, and
@@ -30,6 +34,68 @@ __all__ = ["LatticeSandboxRunner", "direct_contexts"]
 
 
 class _DirectContexts(_Instance):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.idle_since = time.monotonic()  # when its last activation ended
+        self.busy = False  # an activation is running
+        self.parked = False  # its eviction was asked for (worker/_park)
+        self._parking = threading.Lock()  # between park() and an activation's start
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        with self._parking:
+            # Parked, yet stepped: the task reached the worker's core before the eviction
+            # did, and the core evicts the run once this activation completes, cancelling
+            # the local activities it starts (they would run again on the replay).
+            # An update is not retried with its task (the server rejects it), so a task
+            # that carries one completes as usual: the local activity an update handler
+            # starts (checking an approval's edited input) has no effect of its own.
+            raced = self.parked and not any(
+                j.HasField("remove_from_cache") or j.HasField("do_update") for j in act.jobs
+            )
+            self.busy = True
+        try:
+            completion = super().activate(act)
+        finally:
+            self.idle_since = time.monotonic()
+            self.busy = False
+        if raced and any(
+            c.HasField("schedule_local_activity") for c in completion.successful.commands
+        ):
+            # Fail the task instead: none of its commands reach the server, which retries the
+            # task on the replayed run, and the local activities start there, once.
+            failed = WorkflowActivationCompletion(run_id=completion.run_id)
+            failed.failed.failure.message = (
+                "agent-lattice: the run was parked as this task arrived; the task runs again"
+            )
+            return failed
+        return completion
+
+    def park(self, cutoff: float) -> bool:
+        """Mark the run parked when it is parkable (see :meth:`parkable`); an activation
+        starting from now on knows its run is to be evicted."""
+        with self._parking:
+            if not self.parkable(cutoff):
+                return False
+            self.parked = True
+            return True
+
+    def parkable(self, cutoff: float) -> bool:
+        """Whether the run has waited, with no activation since ``cutoff`` (monotonic), on
+        nothing that lives in this process only: its pending activities are all regular
+        ones (an eviction cancels local activities, which would then run again)."""
+        if self.busy or self.parked or self.idle_since > cutoff:
+            return False
+        workflow = getattr(self.inner(), "instance", None)  # the SDK's, in the sandbox
+        pending = getattr(workflow, "_pending_activities", None)  # its activities, by seq
+        if not isinstance(pending, dict):  # not made yet, or not where the SDK kept it
+            return False
+        try:
+            handles = list(pending.values())
+        except RuntimeError:  # changed by an activation that just began: not idle
+            return False
+        local = (isinstance(getattr(h, "_input", None), StartLocalActivityInput) for h in handles)
+        return not any(local)
+
     def inner(self) -> Any:
         """The in-sandbox instance (None before it is made)."""
         return self.globals_and_locals.get(_IN_SANDBOX)

@@ -130,13 +130,16 @@ def create_worker(
     tool_threads: int = DEFAULT_TOOL_THREADS,
     deployment_name: str | None = None,
     build_id: str | None = None,
+    park_after: float | None = None,
     **options: Any,
 ) -> Worker:
     """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``);
     ``tool_threads``: how many sync tool handlers run at once (each in a thread);
     ``deployment_name`` and ``build_id`` (both or neither): Temporal Worker Versioning, this
-    worker being that build of that deployment (see ``worker/_versioning``)."""
-    plugin = LatticePlugin(list(agents), tool_threads=tool_threads)
+    worker being that build of that deployment (see ``worker/_versioning``); ``park_after``
+    (default ``LATTICE_PARK_AFTER``, else 10 s; ``math.inf`` never): seconds a run waits
+    idle before it leaves the worker's cache until its next step (``worker/_park``)."""
+    plugin = LatticePlugin(list(agents), tool_threads=tool_threads, park_after=park_after)
     options = _versioned(options, deployment_name, build_id)
     return lattice_worker(client, task_queue=task_queue, plugin=plugin, **options)
 
@@ -148,16 +151,25 @@ def create_workers(
     tool_threads: int = DEFAULT_TOOL_THREADS,
     deployment_name: str | None = None,
     build_id: str | None = None,
+    park_after: float | None = None,
     **options: Any,
 ) -> list[Worker]:
     """One worker per task queue used by ``agents``, and one for the team mailboxes; all of
-    them that build of that deployment when ``deployment_name`` and ``build_id`` are given."""
+    them that build of that deployment when ``deployment_name`` and ``build_id`` are given;
+    ``park_after`` as for :func:`create_worker`."""
     options = _versioned(options, deployment_name, build_id)
     by_queue: dict[str, list[Agent]] = {}
     for agent in delegation_targets(list(agents)):  # delegated-to agents are served too
         by_queue.setdefault(agent.task_queue, []).append(agent)
     workers = [
-        create_worker(client, group, task_queue=q, tool_threads=tool_threads, **options)
+        create_worker(
+            client, group, task_queue=q, tool_threads=tool_threads, park_after=park_after, **options
+        )
         for q, group in by_queue.items()
     ]
-    return [*workers, create_mailbox_worker(client, **options)]
+    mailboxes = create_mailbox_worker(
+        client,
+        plugin=None if park_after is None else LatticePlugin(park_after=park_after),
+        **options,
+    )
+    return [*workers, mailboxes]
