@@ -33,7 +33,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from _common import emit, lattice_home, note, start_library_server, status_kb, table
+from _common import (
+    emit,
+    lattice_home,
+    note,
+    process_cpu_s,
+    start_library_server,
+    status_kb,
+    table,
+)
 from scale_out import Workers, model_process, round_of
 from temporalio.client import Client
 
@@ -47,6 +55,7 @@ async def measure(
     note(f"idle_memory: {system}, {n} queries waiting {wait_s:g} s…")
     gc.collect()
     before, client_before = status_kb(pid, "VmRSS"), status_kb("self", "VmRSS")
+    cpu_before = process_cpu_s(pid)
     started = time.monotonic()
     run = asyncio.ensure_future(start(n))
     # every request reaches the model well before it answers; read at 3/4 of it
@@ -59,6 +68,7 @@ async def measure(
         ok = False
         note(f"idle_memory: {err}")
     after = status_kb(pid, "VmRSS")
+    note(f"idle_memory: {system}, {n}: {(during - before) / n:.1f} KB per waiting query")
     return [
         system,
         n,
@@ -70,6 +80,7 @@ async def measure(
         "yes" if ok else "no",
         time.monotonic() - started,
         (client_during - client_before) / n,
+        (process_cpu_s(pid) - cpu_before) * 1000 / n,
     ]
 
 
@@ -88,11 +99,10 @@ async def bench(args: argparse.Namespace) -> None:
             "LATTICE_TASK_QUEUE_PREFIX": prefix,
         }
         os.environ.update({k: env[k] for k in ("ANTHROPIC_BASE_URL", "LATTICE_TASK_QUEUE_PREFIX")})
-        workers = Workers(1, env, home)
+        workers: Workers | None = None
         floor = None
         runtime = None
         try:
-            await workers.ready()
             import _scale_app
 
             runtime = await Runtime.connect(server.address, inline_workers=False, quiet=True)
@@ -100,12 +110,15 @@ async def bench(args: argparse.Namespace) -> None:
             async def queries(n: int) -> object:
                 return await round_of(runtime, _scale_app.agent, n)
 
-            await queries(4)  # warm-up
-            for n in args.queries:
-                rows.append(
-                    await measure("agent-lattice", workers.procs[0].pid, n, args.wait, queries)
-                )
-            workers.stop()
+            for park in args.park:
+                label = "agent-lattice" + ("" if park == "default" else f" (park after {park})")
+                park_env = {} if park == "default" else {"LATTICE_PARK_AFTER": park}
+                workers = Workers(1, {**env, **park_env}, home)
+                await workers.ready()
+                await queries(4)  # warm-up
+                for n in args.queries:
+                    rows.append(await measure(label, workers.procs[0].pid, n, args.wait, queries))
+                workers.stop()
             if args.floor:
                 floor = floor_worker(env)
                 await polling(floor)
@@ -119,7 +132,8 @@ async def bench(args: argparse.Namespace) -> None:
         finally:
             if runtime is not None:
                 await runtime.close()
-            workers.stop()
+            if workers is not None:
+                workers.stop()
             if floor is not None:
                 floor.terminate()
                 floor.wait(30)
@@ -137,6 +151,7 @@ async def bench(args: argparse.Namespace) -> None:
                 "all succeeded",
                 "round s",
                 "client KB per query",
+                "worker CPU ms per query",
             ],
             rows,
             title=f"P6: queries waiting {args.wait:g} s on the model, one worker process, "
@@ -187,6 +202,13 @@ def main() -> None:
         help="N concurrent queries per round, e.g. 200,1000 (smallest first)",
     )
     parser.add_argument("--wait", type=float, default=20.0, help="the model's latency, s")
+    parser.add_argument(
+        "--park",
+        type=lambda s: [p for p in s.split(",") if p],
+        default=["off", "default"],
+        help="the worker's LATTICE_PARK_AFTER per series, e.g. off,default,5 "
+        "(default: off, then the default of 10 s)",
+    )
     parser.add_argument(
         "--no-floor",
         dest="floor",
