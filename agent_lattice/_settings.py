@@ -126,6 +126,17 @@ def park_after() -> float | None:
     return value
 
 
+def commit_notices() -> bool:
+    """``LATTICE_COMMIT_NOTICES``: whether workers tell a query's reader what each workflow task
+    published (``worker/_commits``); ``off`` makes the reader ask the server (default on)."""
+    raw = os.environ.get("LATTICE_COMMIT_NOTICES", "").strip().lower()
+    if raw in ("", "on", "1", "true", "yes"):
+        return True
+    if raw in ("off", "0", "false", "no"):
+        return False
+    raise ConfigurationError(f"LATTICE_COMMIT_NOTICES={raw!r} is not 'on' or 'off'")
+
+
 def metrics_port() -> int | None:
     """``LATTICE_METRICS_PORT``: serve this process's metrics for Prometheus on that port (every
     interface), or None when unset."""

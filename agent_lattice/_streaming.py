@@ -14,6 +14,10 @@ Streaming is best effort: a sender that cannot reach its receiver goes on withou
 durable messages still arrive. It says so once per receiver address, as a warning: a caller
 on another host whose ``LATTICE_STREAM_HOST`` the worker cannot reach (the default,
 127.0.0.1, is the worker's own loopback there) gets no live tokens.
+
+The same channel carries commit notices (:class:`Committed`, ``worker/_commits``): once the
+server has taken a workflow task, the worker that ran it sends what the task published, so
+the caller's reader need not ask the server for it (``client/_follow``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["LiveItem", "StreamReceiver", "StreamSender"]
+__all__ = ["Committed", "LiveItem", "StreamReceiver", "StreamSender"]
 
 log = logging.getLogger("agent_lattice.stream")
 
@@ -44,7 +48,18 @@ class LiveItem(BaseModel):
     after: int = 0
 
 
-Deliver = Callable[[LiveItem], Awaitable[None]]
+class Committed(BaseModel):
+    """What a run's workflow task published, sent by its worker once the server has taken the
+    task (so it is durable): the stream's wire items from ``from_offset`` (topic, base64
+    payload, offset) up to ``upto``, the stream's length after the task."""
+
+    workflow_id: str
+    from_offset: int
+    upto: int
+    items: list[dict[str, Any]]
+
+
+Deliver = Callable[[LiveItem | Committed], Awaitable[None]]
 
 # Receivers living in this process, by address: the in-memory fast path.
 _LOCAL: dict[str, StreamReceiver] = {}
@@ -109,7 +124,11 @@ class StreamReceiver:
                     writer.write(b"ok\n")
                     await writer.drain()
                     return
-                await deliver(LiveItem.model_validate(item))
+                committed = item.get("committed")
+                if committed is not None:
+                    await deliver(Committed.model_validate(committed))
+                else:
+                    await deliver(LiveItem.model_validate(item))
         except (
             ConnectionError,
             json.JSONDecodeError,
@@ -117,6 +136,11 @@ class StreamReceiver:
             asyncio.IncompleteReadError,
         ) as err:
             log.debug("stream connection ended: %s", err)
+        except asyncio.CancelledError:
+            # the process is ending with a worker's connection still open (commit notices
+            # keep theirs between a run's tasks): end quietly, as asyncio's stream callback
+            # would print a cancelled handler's traceback
+            log.debug("stream connection cancelled")
         finally:
             writer.close()
             with contextlib.suppress(Exception):

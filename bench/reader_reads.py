@@ -1,11 +1,13 @@
-"""What ``query()``'s reader of durable messages costs per tool turn, with its batching on
-and off, interleaved in one run.
+"""What ``query()``'s reader of durable messages costs per tool turn, with commit notices,
+without them, and without its batching, interleaved in one run.
 
 Run: ``python bench/reader_reads.py`` (``--help``). One dev server and ``peer.py``'s fake
-model; the workers run in this process. "batched" is the reader as shipped (``_follow``: a
-workflow task followed within ``COALESCE_S`` is read with the same stream query, and no long
-poll is reissued right after a page that ends inside a workflow task); "unbatched" sets both
-waits to zero (a query after every workflow task, a long poll after every page). Per tool
+model; the workers run in this process. "notices" is the reader as shipped: the worker tells
+it what each workflow task published once the server took the task (``worker/_commits``),
+and it long-polls only the run's close. "batched" is the reader without notices (``_follow``:
+a workflow task followed within ``COALESCE_S`` is read with the same stream query, and no
+long poll is reissued right after a page that ends inside a workflow task); "unbatched" sets
+both waits to zero (a query after every workflow task, a long poll after every page). Per tool
 turn: stream queries and history pages the reader made (counted on this process's client),
 CPU of this process (client and workers) and of the server, and the round's wall time.
 """
@@ -23,9 +25,20 @@ from peer import lattice_variant, parties
 from temporalio.client import WorkflowHandle, WorkflowHistoryEventAsyncIterator
 
 from agent_lattice.client import Runtime, _follow
+from agent_lattice.worker import _commits
 
 COUNTS = {"query": 0, "page": 0}
-MODES = {"batched": (_follow.COALESCE_S, _follow.PAGE_GAP_S), "unbatched": (0.0, 0.0)}
+MODES = {  # batching waits, commit notices
+    "notices": (_follow.COALESCE_S, _follow.PAGE_GAP_S, True),
+    "batched": (_follow.COALESCE_S, _follow.PAGE_GAP_S, False),
+    "unbatched": (0.0, 0.0, False),
+}
+CHANNELS = getattr(_commits, "_Channels")  # noqa: B009 (the worker's sender of notices)
+SEND = CHANNELS.send
+
+
+def _not_sent(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def count_reads() -> None:
@@ -53,8 +66,9 @@ async def bench(args: argparse.Namespace) -> None:
         once = lattice_variant(runtime, base_url, streaming=True)
         await once(2, 0)  # warm-up
         for _ in range(args.repeat):
-            for mode, (coalesce, gap) in MODES.items():
+            for mode, (coalesce, gap, notices) in MODES.items():
                 _follow.COALESCE_S, _follow.PAGE_GAP_S = coalesce, gap
+                CHANNELS.send = SEND if notices else _not_sent
                 COUNTS.update(query=0, page=0)
                 srv, py, wall = process_cpu_s(server.pid), time.process_time(), time.perf_counter()
                 await asyncio.gather(*(once(args.turns, args.latency) for _ in range(args.c)))

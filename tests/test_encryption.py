@@ -126,8 +126,12 @@ async def answered(messages: Any, runtime: Runtime) -> list[Any]:
 
 
 async def test_an_encrypted_run_shows_nothing_in_plain_text_replays_and_rotates(
-    encrypted: Runtime, fake_anthropic, lattice_server: str
+    encrypted: Runtime, fake_anthropic, lattice_server: str, monkeypatch
 ) -> None:
+    from agent_lattice.worker import _commits
+
+    noticed: list[object] = []  # commit notices would carry messages over plain TCP
+    monkeypatch.setattr(_commits._Channels, "send", lambda *args, **kw: noticed.append(args))
     fake_anthropic.set_handler(
         by_agent(
             lead=Script(
@@ -152,6 +156,7 @@ async def test_an_encrypted_run_shows_nothing_in_plain_text_replays_and_rotates(
     messages = await answered(lead.query(PROMPT, runtime=encrypted), encrypted)
     result = messages[-1]
     assert isinstance(result, ResultMessage) and result.result == ANSWER, result
+    assert noticed == []  # an encrypting worker sends none
     # the model did see every piece (the run carried them, encrypted)
     assert any(RECEIPT in str(r.tool_results) for r in fake_anthropic.requests)
     assert any(REPORT in str(r.tool_results) for r in fake_anthropic.requests)

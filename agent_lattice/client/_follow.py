@@ -12,6 +12,13 @@ by the workflow task that closes the run (its last reply and result) come with i
 (``AgentRunOutput.tail``), read from the same history long poll. A reader that finds the run
 closed with an earlier task's messages unread reads them from the closed run's stream (the
 same query, which a worker answers by replaying the run).
+
+Cheaper still, when the run's worker can reach the caller: it sends what each workflow task
+published once the server has taken the task (``Committed``, ``worker/_commits``), and the
+reader, from the first such notice on, long-polls only the run's close and reads the stream
+only when a notice seems lost (a live event names messages none brought, or the channel has
+been quiet ``NOTICE_QUIET_S``); once such a read finds messages the notices missed, it reads
+as above for the rest of the run.
 """
 
 from __future__ import annotations
@@ -20,18 +27,20 @@ import asyncio
 import base64
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Iterator
 from datetime import timedelta
 from typing import Any
 
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistoryEventFilterType
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from .._errors import LatticeError
+from .._streaming import Committed
 from ..workflows._types import AgentRunOutput
 
 __all__ = ["CLOSED_EVENTS", "Landed", "Truncated", "published"]
@@ -54,6 +63,13 @@ COALESCE_S = 0.05
 # long poll reads the two together (pages per tool turn: 6.3 -> 2.6 at one query at a time;
 # a loaded worker's tasks take longer, and its pages stay about six).
 PAGE_GAP_S = 0.02
+# With commit notices (a worker tells what each task published, ``worker/_commits``): a live
+# event naming messages no notice brought yet waits this long for it before the reader asks;
+# a side channel quiet this long while the run goes on is checked with one read (doubling up
+# to the maximum while nothing turns up), in case a notice was lost.
+NOTICE_GRACE_S = 0.1
+NOTICE_QUIET_S = 1.0
+NOTICE_QUIET_MAX_S = 10.0
 
 _PUBLISHING = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 _IN_TASK = {  # a page ending here is about to be followed by the task's completion
@@ -76,17 +92,49 @@ class Truncated(LatticeError):
 
 
 class Landed:
-    """How many messages a run is known to have published, from what its live events say
-    (``LiveItem.after``): a reader behind it reads at once instead of waiting to batch."""
+    """What a run is known to have published, from its side channel: how many messages, from
+    its live events (``LiveItem.after``: a reader behind it reads at once instead of waiting
+    to batch), and the messages themselves, from its worker's commit notices
+    (``Committed``: durable, so the reader need not ask the server)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workflow_id: str | None = None) -> None:
+        self.workflow_id = workflow_id  # whose notices count (None: any)
         self.count = 0
         self.changed = asyncio.Event()
+        self.noticed = False  # a commit notice came
+        self.heard = time.monotonic()  # when the side channel last said anything
+        self._items: dict[int, dict[str, Any]] = {}  # wire items by offset, from notices
 
     def at_least(self, count: int) -> None:
+        self.heard = time.monotonic()
         if count > self.count:
             self.count = count
             self.changed.set()
+
+    def commit(self, notice: Committed) -> None:
+        """What one of the run's workflow tasks published, once the server had taken it."""
+        if self.workflow_id is not None and notice.workflow_id != self.workflow_id:
+            return
+        self.noticed = True
+        self.heard = time.monotonic()
+        for item in notice.items:
+            self._items.setdefault(int(item["offset"]), item)
+        self.count = max(self.count, notice.upto)
+        self.changed.set()
+
+    def take_ready(self, offset: int) -> bool:
+        """Whether a noticed item at ``offset`` waits to be taken."""
+        return offset in self._items
+
+    def take(self, offset: int) -> list[dict[str, Any]]:
+        """The noticed wire items from ``offset`` on, in order, as far as they go unbroken."""
+        for old in [o for o in self._items if o < offset]:
+            del self._items[old]
+        taken: list[dict[str, Any]] = []
+        while (item := self._items.pop(offset, None)) is not None:
+            taken.append(item)
+            offset += 1
+        return taken
 
 
 class _Watch:
@@ -94,8 +142,11 @@ class _Watch:
     and says when the run closed (``continued``: into a new run of the same workflow id).
     ``changed`` is set at each, and by live events naming messages (``Landed``)."""
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], changed: asyncio.Event) -> None:
+    def __init__(
+        self, handle: WorkflowHandle[Any, Any], changed: asyncio.Event, *, close_only: bool = False
+    ) -> None:
         self.changed = changed
+        self.close_only = close_only  # the run's close event alone (its tasks are noticed)
         self.closed = False
         self.continued = False
         self.result: Payloads | None = None  # a completed run's result
@@ -106,7 +157,12 @@ class _Watch:
 
     async def _run(self, handle: WorkflowHandle[Any, Any]) -> None:
         try:
-            events = handle.fetch_history_events(wait_new_event=True)
+            events = handle.fetch_history_events(
+                wait_new_event=True,
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+                if self.close_only
+                else WorkflowHistoryEventFilterType.ALL_EVENT,
+            )
             async for event in events:
                 if event.event_type == _PUBLISHING:
                     self.tasks += 1
@@ -174,6 +230,12 @@ async def _poll(handle: WorkflowHandle[Any, Any], topic: str, offset: int) -> Po
     )
 
 
+def _payload(data: str) -> Payload:
+    payload = Payload()
+    payload.ParseFromString(base64.b64decode(data))
+    return payload
+
+
 def _items(
     workflow_id: str, result: PollResult, offset: int, converter: PayloadConverter
 ) -> Iterator[tuple[int, Any]]:
@@ -181,9 +243,9 @@ def _items(
     if result.items and result.items[0].offset > offset:
         raise Truncated(f"{workflow_id}: offset {offset} is no longer kept")
     for wire in result.items:
-        payload = Payload()
-        payload.ParseFromString(base64.b64decode(wire.data))
-        yield wire.offset + 1, converter.from_payload(payload)
+        if wire.offset < offset:  # read already (from a commit notice)
+            continue
+        yield wire.offset + 1, converter.from_payload(_payload(wire.data))
 
 
 async def _closed_run_items(
@@ -222,52 +284,136 @@ async def published(
     """The items published on ``topic`` from ``from_offset`` (decoded by the client's payload
     converter) while the run (and the runs it continues as) is running; ends once it closed.
     Raises :class:`Truncated` when the stream no longer holds ``from_offset``. ``landed``:
-    what the run's live events say it published (read at once when behind)."""
-    converter = client.data_converter.payload_converter
-    offset = from_offset
-    landed = landed or Landed()
+    what the run's side channel says it published (live events, commit notices)."""
+    reader = _Reader(client, workflow_id, topic, from_offset, landed or Landed())
     while True:
         handle = client.get_workflow_handle(workflow_id)  # the latest run
-        watch = _Watch(handle, landed.changed)
+        reader.watch = _Watch(handle, reader.landed.changed, close_only=reader.noticing)
         try:
-            # nothing is published before the run's first workflow task completes (a run
-            # under way has: its history's first page says so)
-            await watch.next_task()
+            if not reader.watch.close_only:
+                # nothing is published before the run's first workflow task completes (a run
+                # under way has: its history's first page says so)
+                await reader.watch.next_task()
+            reader.quiet = NOTICE_QUIET_S
             # the run's last workflow task closes it: what it published is the record's to
             # give (or, continued as new, the next run's stream's)
-            while not watch.closed:
-                watch.reading()
-                try:
-                    result = await _poll(handle, topic, offset)
-                except RPCError as err:
-                    log.debug("stream of %s not read yet: %s", workflow_id, err)
-                    await watch.wait(RETRY_S)
+            while not reader.watch.closed:
+                if reader.noticing and not reader.watch.close_only:
+                    # the worker tells what each task published: the run's close is all the
+                    # history this reader needs
+                    await reader.rewatch(handle, close_only=True)
                     continue
-                for after, item in _items(workflow_id, result, offset, converter):
+                step = reader.noticed(handle) if reader.watch.close_only else reader.read(handle)
+                async for item in step:
                     yield item
-                    offset = after
-                if not result.more_ready:
-                    await watch.next_task()
-                    if not watch.closed and watch.unread == 1 and landed.count <= offset:
-                        # the next workflow task, if it comes soon, is read with this one
-                        # (with two unread, read now: the next may close the run, and its
-                        # output carries only what the closing task published)
-                        await watch.settle(COALESCE_S)
-                if watch.error is not None:
-                    raise watch.error
+            if reader.watch.error is not None:
+                raise reader.watch.error
         finally:
-            await watch.stop()
+            await reader.watch.stop()
+        for item in reader.take():  # noticed before the close was read
+            yield item
+        watch = reader.watch
         if watch.result is not None:
             # what the closing workflow task published travels in the run's output
             (output,) = await client.data_converter.decode(watch.result.payloads, [AgentRunOutput])
-            if offset < output.tail_from:
+            if reader.offset < output.tail_from:
                 # the run closed before the reader read an earlier task's messages
                 for item in await _closed_run_items(
-                    handle, topic, offset, output.tail_from, converter
+                    handle, topic, reader.offset, output.tail_from, reader.converter
                 ):
                     yield item
-                offset = output.tail_from
-            for item in output.tail[offset - output.tail_from :]:
+                reader.offset = output.tail_from
+            for item in output.tail[reader.offset - output.tail_from :]:
                 yield item
         if not watch.continued:
             return
+
+
+class _Reader:
+    """One reader's place in a workflow's stream, across its runs."""
+
+    watch: _Watch
+
+    def __init__(
+        self, client: Client, workflow_id: str, topic: str, offset: int, landed: Landed
+    ) -> None:
+        self.workflow_id, self.topic, self.offset, self.landed = workflow_id, topic, offset, landed
+        self.converter = client.data_converter.payload_converter
+        self.trusted = True  # commit notices have not missed anything a read found
+        self.quiet = NOTICE_QUIET_S
+        self.more_ready = False  # the last read stopped at its size limit
+
+    @property
+    def noticing(self) -> bool:
+        """Whether the run's worker tells what each task published (and has missed nothing)."""
+        return self.landed.noticed and self.trusted
+
+    async def rewatch(self, handle: WorkflowHandle[Any, Any], *, close_only: bool) -> None:
+        await self.watch.stop()
+        self.watch = _Watch(handle, self.landed.changed, close_only=close_only)
+
+    def take(self) -> Iterator[Any]:
+        for wire in self.landed.take(self.offset):
+            yield self.converter.from_payload(_payload(wire["data"]))
+            self.offset = int(wire["offset"]) + 1
+
+    async def _poll(self, handle: WorkflowHandle[Any, Any]) -> list[Any] | None:
+        """The stream's items from the reader's offset (None when it could not be read)."""
+        try:
+            result = await _poll(handle, self.topic, self.offset)
+        except RPCError as err:
+            log.debug("stream of %s not read yet: %s", self.workflow_id, err)
+            await self.watch.wait(RETRY_S)
+            return None
+        items: list[Any] = []
+        for after, item in _items(self.workflow_id, result, self.offset, self.converter):
+            items.append(item)
+            self.offset = after
+        self.more_ready = result.more_ready
+        return items
+
+    async def noticed(self, handle: WorkflowHandle[Any, Any]) -> AsyncGenerator[Any, None]:
+        """One step with commit notices: what they brought, else a read when they seem to
+        have missed something."""
+        for item in self.take():
+            yield item
+        landed, watch = self.landed, self.watch
+        behind = landed.count > self.offset
+        if behind:  # named, not noticed: the notice may be on its way
+            await watch.settle(NOTICE_GRACE_S)
+            if landed.count <= self.offset or landed.take_ready(self.offset):
+                return
+        elif (since := time.monotonic() - landed.heard) < self.quiet:
+            await watch.wait(self.quiet - since)
+            return
+        # behind with no notice, or quiet too long: read the stream (a notice lost with a
+        # worker killed after its task, or a caller the worker cannot reach)
+        items = await self._poll(handle)
+        if items is None:
+            return
+        for item in items:
+            yield item
+        if items and not behind:  # the notices missed these: read as without them
+            self.trusted = False
+            await self.rewatch(handle, close_only=False)
+        self.quiet = min(NOTICE_QUIET_MAX_S, self.quiet * 2)
+        landed.heard = time.monotonic()
+
+    async def read(self, handle: WorkflowHandle[Any, Any]) -> AsyncGenerator[Any, None]:
+        """One step without notices: read after each workflow task the history shows."""
+        watch = self.watch
+        watch.reading()
+        items = await self._poll(handle)
+        if items is None:
+            return
+        for item in items:
+            yield item
+        if not self.more_ready:
+            await watch.next_task()
+            if not watch.closed and watch.unread == 1 and self.landed.count <= self.offset:
+                # the next workflow task, if it comes soon, is read with this one (with two
+                # unread, read now: the next may close the run, and its output carries only
+                # what the closing task published)
+                await watch.settle(COALESCE_S)
+        if watch.error is not None:
+            raise watch.error

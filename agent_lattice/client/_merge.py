@@ -26,7 +26,7 @@ from .._messages import (
     TeamMessageEvent,
     UserMessage,
 )
-from .._streaming import LiveItem
+from .._streaming import Committed, LiveItem
 from ._follow import Landed
 
 __all__ = ["Failed", "Live", "Mark", "Merge", "Nested", "Producers", "follows"]
@@ -152,7 +152,10 @@ class Producers:
         self.members: list[asyncio.Task[None]] = []
         self.landed = Landed()  # what the live events say the run published
 
-    async def live(self, item: LiveItem) -> None:
+    async def live(self, item: LiveItem | Committed) -> None:
+        if isinstance(item, Committed):  # what a task published, from its worker
+            self.landed.commit(item)
+            return
         self.landed.at_least(item.after)  # held until those are read: read them now
         event = StreamEventMessage(
             event=item.event, session_id=self.session_id, turn=item.turn, attempt=item.attempt

@@ -24,6 +24,7 @@ from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
+from ._commits import send_commit_notices
 from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._park import park_after_seconds, park_idle_runs
 from ._registry import AgentRegistry
@@ -205,10 +206,14 @@ class LatticePlugin(SimplePlugin):
             return await next(worker)
         # runs idle for park_after leave the cache while they wait (worker/_park)
         parking = asyncio.create_task(park_idle_runs(worker, self.park_after))
+        # a query's reader hears from the worker what each task published (worker/_commits)
+        undo = send_commit_notices(worker) if _settings.commit_notices() else None
         try:
             await super().run_worker(worker, next)
         finally:
             parking.cancel()
+            if undo is not None:
+                undo()
 
 
 def lattice_worker(

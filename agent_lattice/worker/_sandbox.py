@@ -28,6 +28,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 # tests/test_runtime.py checks that instances take this path
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
+from .._streaming import Committed
+
+Notice = tuple[str, str, Committed]  # the caller's address and channel, what to tell it
+
 _IN_SANDBOX = "__temporal_in_sandbox"  # where the SDK keeps the in-sandbox instance
 
 __all__ = ["LatticeSandboxRunner", "direct_contexts"]
@@ -40,6 +44,9 @@ class _DirectContexts(_Instance):
         self.busy = False  # an activation is running
         self.parked = False  # its eviction was asked for (worker/_park)
         self._parking = threading.Lock()  # between park() and an activation's start
+        self.workflow_id = ""  # from its first activation
+        self.noticed: int | None = None  # the stream offset its caller was told of
+        self.notice: Notice | None = None  # to send once the server takes the task
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         with self._parking:
@@ -53,6 +60,8 @@ class _DirectContexts(_Instance):
                 j.HasField("remove_from_cache") or j.HasField("do_update") for j in act.jobs
             )
             self.busy = True
+        self.notice = None
+        before = self._published()
         try:
             completion = super().activate(act)
         finally:
@@ -68,7 +77,59 @@ class _DirectContexts(_Instance):
                 "agent-lattice: the run was parked as this task arrived; the task runs again"
             )
             return failed
+        self.notice = self._commit_notice(act, completion, before)
         return completion
+
+    def _published(self) -> int | None:
+        """The run's stream length, for an agent run whose caller listens (else None)."""
+        workflow = getattr(getattr(self.inner(), "instance", None), "_object", None)
+        if workflow is None or not hasattr(workflow, "notice_target"):
+            return None
+        return workflow.published_count() if workflow.notice_target() else None
+
+    def _commit_notice(
+        self, act: WorkflowActivation, completion: WorkflowActivationCompletion, before: int | None
+    ) -> Notice | None:
+        """What this activation published, for its caller once the server has taken the task
+        (``worker/_commits``); None when there is nothing to tell or it would not be durable
+        yet: a replay (told already, or the reader asks), a failed task, a task held by the
+        worker's core while local activities run."""
+        for job in act.jobs:
+            if job.HasField("initialize_workflow"):
+                self.workflow_id = job.initialize_workflow.workflow_id
+        if act.is_replaying or not completion.HasField("successful") or not self.workflow_id:
+            return None
+        if any(c.HasField("schedule_local_activity") for c in completion.successful.commands):
+            return None
+        workflow = getattr(getattr(self.inner(), "instance", None), "_object", None)
+        if not hasattr(workflow, "notice_target"):  # not an agent run
+            return None
+        assert workflow is not None
+        target = workflow.notice_target()  # its notice_* and published_* are plain reads
+        if target is None or self._local_activity_pending():
+            return None
+        start = self.noticed if self.noticed is not None else before
+        upto = workflow.published_count()
+        if start is None or upto <= start:
+            return None
+        batch = workflow.published_from(start)
+        self.noticed = batch.next_offset
+        items = [{"topic": i.topic, "data": i.data, "offset": i.offset} for i in batch.items]
+        notice = Committed(
+            workflow_id=self.workflow_id, from_offset=start, upto=batch.next_offset, items=items
+        )
+        return target[0], target[1], notice
+
+    def _local_activity_pending(self) -> bool:
+        workflow = getattr(self.inner(), "instance", None)
+        pending = getattr(workflow, "_pending_activities", None)
+        if not isinstance(pending, dict):
+            return True  # not where the SDK kept it: tell nothing
+        try:
+            handles = list(pending.values())
+        except RuntimeError:
+            return True
+        return any(isinstance(getattr(h, "_input", None), StartLocalActivityInput) for h in handles)
 
     def park(self, cutoff: float) -> bool:
         """Mark the run parked when it is parkable (see :meth:`parkable`); an activation
@@ -89,12 +150,7 @@ class _DirectContexts(_Instance):
         pending = getattr(workflow, "_pending_activities", None)  # its activities, by seq
         if not isinstance(pending, dict):  # not made yet, or not where the SDK kept it
             return False
-        try:
-            handles = list(pending.values())
-        except RuntimeError:  # changed by an activation that just began: not idle
-            return False
-        local = (isinstance(getattr(h, "_input", None), StartLocalActivityInput) for h in handles)
-        return not any(local)
+        return not self._local_activity_pending()
 
     def inner(self) -> Any:
         """The in-sandbox instance (None before it is made)."""

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from ._landing import StoreLanding
     from ._mail_types import MailNotice
     from ._metrics import record_query_outcome
+    from ._notices import MESSAGES_TOPIC, CommitSource
     from ._progress import Progress
     from ._tool_batch import ToolBatch
     from ._types import (
@@ -70,13 +71,12 @@ with workflow.unsafe.imports_passed_through():
         TraceItem,
     )
 
-MESSAGES_TOPIC = "messages"
 # durable messages a run hands to its continuation (readers further behind re-read the record)
 STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress):
+class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, CommitSource):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts

@@ -1,0 +1,172 @@
+"""Commit notices: a run's caller hears what each workflow task published once the server has
+taken the task, from the worker that ran it, over the run's side channel.
+
+``query()``'s reader otherwise learns of every task from a long poll of the run's history and
+reads what it published with the stream's poll query (``client/_follow``): under load about
+seven history pages and two queries per tool turn, a third of a streamed query's CPU between
+server, worker and caller. The worker has both at hand: the run's stream, and the moment the
+server took the task (the worker's core resolves an activation's completion once the server
+answered it). Nothing is told before that, so a notice never carries a message a replay could
+take back: not from a replay (told already, or the reader asks), a failed task, or a task the
+core holds while local activities run. A notice lost (a worker killed between the server's
+answer and the send, a caller the worker cannot reach) costs its reader one stream query.
+The SDK has no hook after a completion: the workflow worker's bridge is wrapped, and where the
+SDK keeps it elsewhere the worker goes without notices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+from temporalio.worker import Worker
+
+from .._streaming import _LOCAL, Committed
+from ._sandbox import _DirectContexts
+
+__all__ = ["send_commit_notices"]
+
+log = logging.getLogger("agent_lattice.worker")
+
+IDLE_S = 10.0  # a caller's connection closes after this long with nothing to tell
+_CONNECT_TIMEOUT = 2.0
+_ENDING = ("complete_workflow_execution", "fail_workflow_execution", "continue_as_new_workflow_execution", "cancel_workflow_execution")  # fmt: skip
+
+
+def send_commit_notices(worker: Worker) -> Callable[[], None] | None:
+    """Wrap ``worker``'s bridge so that each run's caller hears what a task published once
+    the server took it; returns what undoes it (None when the SDK keeps it elsewhere)."""
+    workflows = getattr(worker, "_workflow_worker", None)
+    if workflows is None:
+        return None
+    if worker.client.data_converter.payload_codec is not None:
+        # the side channel is plain TCP: encrypted payloads stay off it (their readers read)
+        return None
+    real = getattr(workflows, "_bridge_worker", None)
+    runs = getattr(workflows, "_running_workflows", None)
+    if not callable(real) or not isinstance(runs, dict):
+        log.warning("this temporalio keeps its workflow bridge elsewhere: no commit notices")
+        return None
+    channels = _Channels()
+    bridge = _Bridge(real, runs, channels)
+    setattr(workflows, "_bridge_worker", lambda: bridge)  # noqa: B010 (the SDK's private)
+
+    def undo() -> None:
+        setattr(workflows, "_bridge_worker", real)  # noqa: B010
+        channels.close()
+
+    return undo
+
+
+class _Bridge:
+    """The SDK's bridge worker, which sends a task's notice once the server has taken it."""
+
+    def __init__(self, real: Callable[[], Any], runs: dict[str, Any], channels: _Channels):
+        self._real, self._runs, self._channels = real, runs, channels
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    async def complete_workflow_activation(self, completion: WorkflowActivationCompletion) -> None:
+        instance = getattr(self._runs.get(completion.run_id), "instance", None)
+        notice = None
+        if isinstance(instance, _DirectContexts):
+            notice, instance.notice = instance.notice, None
+        # resolves once the server answered the task's completion (or the core gave it up:
+        # then the run is evicted, and its replay publishes the same messages again)
+        await self._real().complete_workflow_activation(completion)
+        # (a completion the SDK failed after the run stepped, encoding it, tells nothing)
+        if notice is not None and completion.HasField("successful"):
+            address, channel, committed = notice
+            ending = any(
+                c.HasField(field) for c in completion.successful.commands for field in _ENDING
+            )
+            self._channels.send(address, channel, committed, last=ending)
+
+
+class _Channels:
+    """One connection per caller's channel, kept while its run goes on."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str], _Channel] = {}
+
+    def send(self, address: str, channel: str, notice: Committed, *, last: bool) -> None:
+        key = (address, channel)
+        open = self._open.get(key)
+        if open is None:
+            open = self._open[key] = _Channel(address, channel, self._forget)
+        open.queue.put_nowait((notice, last))
+
+    def _forget(self, channel: _Channel) -> None:
+        if self._open.get((channel.address, channel.channel)) is channel:
+            del self._open[(channel.address, channel.channel)]
+
+    def close(self) -> None:
+        for channel in list(self._open.values()):
+            channel.task.cancel()
+        self._open.clear()
+
+
+class _Channel:
+    def __init__(self, address: str, channel: str, done: Callable[[_Channel], None]) -> None:
+        self.address, self.channel, self._done = address, channel, done
+        self.queue: asyncio.Queue[tuple[Committed, bool]] = asyncio.Queue()
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _next(self) -> tuple[Committed, bool] | None:
+        """The next notice, or None once idle for IDLE_S (the channel is then closed)."""
+        try:
+            return await asyncio.wait_for(self.queue.get(), IDLE_S)
+        except TimeoutError:
+            if self.queue.empty():  # no await between this and done(): nothing is lost
+                self._done(self)
+                return None
+            return self.queue.get_nowait()
+
+    async def _run(self) -> None:
+        receiver = _LOCAL.get(self.address)
+        try:
+            if receiver is not None:  # the caller is in this process
+                while (item := await self._next()) is not None:
+                    deliver = receiver.deliverer(self.channel)
+                    if deliver is None:
+                        break  # the query is over
+                    await deliver(item[0])
+                    if item[1]:
+                        break
+                return
+            await self._send_tcp()
+        except Exception as err:  # notices save reads; the reader goes on without them
+            log.debug("commit notices to %s stopped: %s", self.address, err)
+        finally:
+            self._done(self)
+
+    async def _send_tcp(self) -> None:
+        host, port = self.address.removeprefix("tcp://").rsplit(":", 1)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT
+        )
+        try:
+            writer.write(json.dumps({"channel": self.channel}).encode() + b"\n")
+            await writer.drain()
+            if (await asyncio.wait_for(reader.readline(), _CONNECT_TIMEOUT)).strip() != b"ready":
+                return  # the query is over
+            while (item := await self._next()) is not None:
+                line = json.dumps({"committed": item[0].model_dump()})
+                writer.write(line.encode() + b"\n")
+                await writer.drain()
+                if item[1]:
+                    break
+            writer.write(b'{"end": true}\n')
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader.readline(), _CONNECT_TIMEOUT)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

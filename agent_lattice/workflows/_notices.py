@@ -1,0 +1,39 @@
+# pyright: strict
+"""The commit-notice part of AgentWorkflow: read by the worker, outside workflow code, once
+the server has taken one of the run's workflow tasks (``worker/_commits``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
+
+__all__ = ["MESSAGES_TOPIC", "CommitSource"]
+
+MESSAGES_TOPIC = "messages"
+
+
+class CommitSource:
+    """Where the run's caller listens for live events, and what its stream holds."""
+
+    _input: Any  # AgentRunInput
+    _stream: WorkflowStream
+    _published: int
+
+    def notice_target(self) -> tuple[str, str] | None:
+        """The caller's side channel (address, channel), when it gave one (``query()``)."""
+        to, channel = self._input.stream_to, self._input.stream_channel
+        return (to, channel) if to and channel else None
+
+    def published_count(self) -> int:
+        """The stream's length: the offset after its last message."""
+        return self._published
+
+    def published_from(self, offset: int) -> PollResult:
+        """The messages from ``offset``, as the stream's poll query returns them (a read of
+        the run's state: no command, nothing changed)."""
+        # the stream's own batching (wire form, the ~1 MB cap); private to the contrib module,
+        # whose version the pin in pyproject.toml holds; the worker goes without notices if
+        # it moves (worker/_commits)
+        collect = getattr(self._stream, "_collect_batch")  # noqa: B009
+        return collect(PollInput(topics=[MESSAGES_TOPIC], from_offset=offset))
