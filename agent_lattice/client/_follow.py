@@ -376,6 +376,7 @@ class _Reader:
         """One step with commit notices: what they brought, else a read when they seem to
         have missed something."""
         for item in self.take():
+            self.quiet = NOTICE_QUIET_S  # they come: check soon again if they stop
             yield item
         landed, watch = self.landed, self.watch
         behind = landed.count > self.offset

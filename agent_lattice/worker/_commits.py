@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = ["send_commit_notices"]
 log = logging.getLogger("agent_lattice.worker")
 
 IDLE_S = 10.0  # a caller's connection closes after this long with nothing to tell
+RETRY_UNREACHABLE_S = 60.0  # a caller's address that could not be reached is left this long
 _CONNECT_TIMEOUT = 2.0
 _ENDING = ("complete_workflow_execution", "fail_workflow_execution", "continue_as_new_workflow_execution", "cancel_workflow_execution")  # fmt: skip
 
@@ -94,8 +96,12 @@ class _Channels:
 
     def __init__(self) -> None:
         self._open: dict[tuple[str, str], _Channel] = {}
+        self._failed: dict[str, float] = {}  # addresses that could not be reached, and when
 
     def send(self, address: str, channel: str, notice: Committed, *, last: bool) -> None:
+        failed = self._failed.get(address)
+        if failed is not None and time.monotonic() - failed < RETRY_UNREACHABLE_S:
+            return  # its reader reads instead
         key = (address, channel)
         open = self._open.get(key)
         if open is None:
@@ -103,6 +109,8 @@ class _Channels:
         open.queue.put_nowait((notice, last))
 
     def _forget(self, channel: _Channel) -> None:
+        if channel.failed:
+            self._failed[channel.address] = time.monotonic()
         if self._open.get((channel.address, channel.channel)) is channel:
             del self._open[(channel.address, channel.channel)]
 
@@ -116,6 +124,7 @@ class _Channel:
     def __init__(self, address: str, channel: str, done: Callable[[_Channel], None]) -> None:
         self.address, self.channel, self._done = address, channel, done
         self.queue: asyncio.Queue[tuple[Committed, bool]] = asyncio.Queue()
+        self.failed = False  # the caller could not be reached
         self.task = asyncio.ensure_future(self._run())
 
     async def _next(self) -> tuple[Committed, bool] | None:
@@ -143,6 +152,7 @@ class _Channel:
             await self._send_tcp()
         except Exception as err:  # notices save reads; the reader goes on without them
             log.debug("commit notices to %s stopped: %s", self.address, err)
+            self.failed = True
         finally:
             self._done(self)
 
