@@ -17,8 +17,8 @@ Cheaper still, when the run's worker can reach the caller: it sends what each wo
 published once the server has taken the task (``Committed``, ``worker/_commits``), and the
 reader, from the first such notice on, long-polls only the run's close and reads the stream
 only when a notice seems lost (a live event names messages none brought, or the channel has
-been quiet ``NOTICE_QUIET_S``); once such a read finds messages the notices missed, it reads
-as above for the rest of the run.
+been quiet ``NOTICE_QUIET_S``); once two such reads in a row find messages the notices
+missed, it reads as above for the rest of the run.
 """
 
 from __future__ import annotations
@@ -66,10 +66,13 @@ PAGE_GAP_S = 0.02
 # With commit notices (a worker tells what each task published, ``worker/_commits``): a live
 # event naming messages no notice brought yet waits this long for it before the reader asks;
 # a side channel quiet this long while the run goes on is checked with one read (doubling up
-# to the maximum while nothing turns up), in case a notice was lost.
-NOTICE_GRACE_S = 0.1
-NOTICE_QUIET_S = 1.0
-NOTICE_QUIET_MAX_S = 10.0
+# to the maximum), in case a notice was lost with no task after it (a lost notice is found at
+# the run's next task: its notice starts past the reader). Under load a run's tasks are
+# seconds apart and such a read finds what a notice is about to bring, so two reads in a row
+# must find messages no notice brought in between before the reader stops relying on them.
+NOTICE_GRACE_S = 0.25
+NOTICE_QUIET_S = 5.0
+NOTICE_QUIET_MAX_S = 30.0
 
 _PUBLISHING = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 _IN_TASK = {  # a page ending here is about to be followed by the task's completion
@@ -340,6 +343,7 @@ class _Reader:
         self.workflow_id, self.topic, self.offset, self.landed = workflow_id, topic, offset, landed
         self.converter = client.data_converter.payload_converter
         self.trusted = True  # commit notices have not missed anything a read found
+        self.missed = False  # the last quiet read found messages no notice had brought
         self.quiet = NOTICE_QUIET_S
         self.more_ready = False  # the last read stopped at its size limit
 
@@ -376,7 +380,7 @@ class _Reader:
         """One step with commit notices: what they brought, else a read when they seem to
         have missed something."""
         for item in self.take():
-            self.quiet = NOTICE_QUIET_S  # they come: check soon again if they stop
+            self.missed = False  # notices come
             yield item
         landed, watch = self.landed, self.watch
         behind = landed.count > self.offset
@@ -394,9 +398,11 @@ class _Reader:
             return
         for item in items:
             yield item
-        if items and not behind:  # the notices missed these: read as without them
-            self.trusted = False
-            await self.rewatch(handle, close_only=False)
+        if items and not behind:
+            if self.missed:  # twice, no notice between: read as without them from now on
+                self.trusted = False
+                await self.rewatch(handle, close_only=False)
+            self.missed = True
         self.quiet = min(NOTICE_QUIET_MAX_S, self.quiet * 2)
         landed.heard = time.monotonic()
 
