@@ -66,8 +66,8 @@ async def test_a_query_reads_what_its_tasks_published_from_the_worker(
     monkeypatch.setattr(_follow, "NOTICE_QUIET_S", 30.0)  # no check while a loaded CI waits
     messages = await every_message_once(make_agent, fake_anthropic, "noticed")
     assert isinstance(messages[-1], ResultMessage) and messages[-1].result == "done"
-    # before the first notice the reader reads as without them (one query at most); after
-    # it, nothing per turn (without notices: 7 queries and 23 pages here)
+    # the first task is read as without notices when its history page beats its notice (one
+    # query at most); after that, nothing per turn (without notices: 7 queries, 23 pages)
     assert reads["query"] <= 1, reads
     assert reads["page"] <= 8, reads
 

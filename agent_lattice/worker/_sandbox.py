@@ -108,6 +108,8 @@ class _DirectContexts(_Instance):
         target = workflow.notice_target()  # its notice_* and published_* are plain reads
         if target is None or self._local_activity_pending():
             return None
+        if before is None and any(j.HasField("initialize_workflow") for j in act.jobs):
+            before = workflow.published_at_start()  # the run's first task
         start = self.noticed if self.noticed is not None else before
         upto = workflow.published_count()
         if start is None or upto <= start:

@@ -25,6 +25,11 @@ class CommitSource:
         to, channel = self._input.stream_to, self._input.stream_channel
         return (to, channel) if to and channel else None
 
+    def published_at_start(self) -> int:
+        """The stream's length when the run began (what a run it continues handed on)."""
+        carried = self._input.continuation
+        return carried.published if carried is not None else 0
+
     def published_count(self) -> int:
         """The stream's length: the offset after its last message."""
         return self._published
