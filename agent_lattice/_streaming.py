@@ -53,7 +53,6 @@ class Committed(BaseModel):
     task (so it is durable): the stream's wire items from ``from_offset`` (topic, base64
     payload, offset) up to ``upto``, the stream's length after the task."""
 
-    workflow_id: str
     from_offset: int
     upto: int
     items: list[dict[str, Any]]

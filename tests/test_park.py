@@ -209,7 +209,7 @@ def test_a_task_that_races_its_runs_parking_starts_no_local_activity(monkeypatch
     made = _DirectContexts.__new__(_DirectContexts)
     made.idle_since, made.busy, made.parked = 0.0, False, True
     made._parking = threading.Lock()
-    made.globals_and_locals, made.workflow_id, made.noticed, made.notice = {}, "", None, None
+    made.globals_and_locals, made.noticed, made.notice = {}, None, None
     task = WorkflowActivation(run_id="r")
     task.jobs.add().signal_workflow.signal_name = "mail"
     eviction = WorkflowActivation(run_id="r")

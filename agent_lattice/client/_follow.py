@@ -100,8 +100,7 @@ class Landed:
     to batch), and the messages themselves, from its worker's commit notices
     (``Committed``: durable, so the reader need not ask the server)."""
 
-    def __init__(self, workflow_id: str | None = None) -> None:
-        self.workflow_id = workflow_id  # whose notices count (None: any)
+    def __init__(self) -> None:
         self.count = 0
         self.changed = asyncio.Event()
         self.noticed = False  # a commit notice came
@@ -115,9 +114,8 @@ class Landed:
             self.changed.set()
 
     def commit(self, notice: Committed) -> None:
-        """What one of the run's workflow tasks published, once the server had taken it."""
-        if self.workflow_id is not None and notice.workflow_id != self.workflow_id:
-            return
+        """What one of the run's workflow tasks published, once the server had taken it (the
+        channel is one query's: every notice on it is its run's, or a run it continued as)."""
         self.noticed = True
         self.heard = time.monotonic()
         for item in notice.items:
@@ -309,6 +307,8 @@ async def published(
                 step = reader.noticed(handle) if reader.watch.close_only else reader.read(handle)
                 async for item in step:
                     yield item
+                if reader.watch.error is not None:  # the reader's caller hears why
+                    raise reader.watch.error
             if reader.watch.error is not None:
                 raise reader.watch.error
         finally:
@@ -422,5 +422,3 @@ class _Reader:
                 # unread, read now: the next may close the run, and its output carries only
                 # what the closing task published)
                 await watch.settle(COALESCE_S)
-        if watch.error is not None:
-            raise watch.error

@@ -37,7 +37,12 @@ log = logging.getLogger("agent_lattice.worker")
 IDLE_S = 10.0  # a caller's connection closes after this long with nothing to tell
 RETRY_UNREACHABLE_S = 60.0  # a caller's address that could not be reached is left this long
 _CONNECT_TIMEOUT = 2.0
-_ENDING = ("complete_workflow_execution", "fail_workflow_execution", "continue_as_new_workflow_execution", "cancel_workflow_execution")  # fmt: skip
+_ENDING = (  # commands after which a run has no task to tell of
+    "complete_workflow_execution",
+    "fail_workflow_execution",
+    "continue_as_new_workflow_execution",
+    "cancel_workflow_execution",
+)
 
 
 def send_commit_notices(worker: Worker) -> Callable[[], None] | None:

@@ -44,7 +44,6 @@ class _DirectContexts(_Instance):
         self.busy = False  # an activation is running
         self.parked = False  # its eviction was asked for (worker/_park)
         self._parking = threading.Lock()  # between park() and an activation's start
-        self.workflow_id = ""  # from its first activation
         self.noticed: int | None = None  # the stream offset its caller was told of
         self.notice: Notice | None = None  # to send once the server takes the task
 
@@ -80,12 +79,16 @@ class _DirectContexts(_Instance):
         self.notice = self._commit_notice(act, completion, before)
         return completion
 
+    def _agent_run(self) -> Any:
+        """The run's workflow object when it is an agent run (``workflows/_notices``), else
+        None; its notice_* and published_* are plain reads."""
+        workflow = getattr(getattr(self.inner(), "instance", None), "_object", None)
+        return workflow if hasattr(workflow, "notice_target") else None
+
     def _published(self) -> int | None:
         """The run's stream length, for an agent run whose caller listens (else None)."""
-        workflow = getattr(getattr(self.inner(), "instance", None), "_object", None)
-        if workflow is None or not hasattr(workflow, "notice_target"):
-            return None
-        return workflow.published_count() if workflow.notice_target() else None
+        workflow = self._agent_run()
+        return workflow.published_count() if workflow and workflow.notice_target() else None
 
     def _commit_notice(
         self, act: WorkflowActivation, completion: WorkflowActivationCompletion, before: int | None
@@ -94,18 +97,14 @@ class _DirectContexts(_Instance):
         (``worker/_commits``); None when there is nothing to tell or it would not be durable
         yet: a replay (told already, or the reader asks), a failed task, a task held by the
         worker's core while local activities run."""
-        for job in act.jobs:
-            if job.HasField("initialize_workflow"):
-                self.workflow_id = job.initialize_workflow.workflow_id
-        if act.is_replaying or not completion.HasField("successful") or not self.workflow_id:
+        if act.is_replaying or not completion.HasField("successful"):
             return None
         if any(c.HasField("schedule_local_activity") for c in completion.successful.commands):
             return None
-        workflow = getattr(getattr(self.inner(), "instance", None), "_object", None)
-        if not hasattr(workflow, "notice_target"):  # not an agent run
+        workflow = self._agent_run()
+        if workflow is None:
             return None
-        assert workflow is not None
-        target = workflow.notice_target()  # its notice_* and published_* are plain reads
+        target = workflow.notice_target()
         if target is None or self._local_activity_pending():
             return None
         if before is None and any(j.HasField("initialize_workflow") for j in act.jobs):
@@ -117,19 +116,18 @@ class _DirectContexts(_Instance):
         batch = workflow.published_from(start)
         self.noticed = batch.next_offset
         items = [{"topic": i.topic, "data": i.data, "offset": i.offset} for i in batch.items]
-        notice = Committed(
-            workflow_id=self.workflow_id, from_offset=start, upto=batch.next_offset, items=items
-        )
+        notice = Committed(from_offset=start, upto=batch.next_offset, items=items)
         return target[0], target[1], notice
 
     def _local_activity_pending(self) -> bool:
-        workflow = getattr(self.inner(), "instance", None)
-        pending = getattr(workflow, "_pending_activities", None)
-        if not isinstance(pending, dict):
-            return True  # not where the SDK kept it: tell nothing
+        """Whether the run has a local activity in flight (True when that cannot be told)."""
+        workflow = getattr(self.inner(), "instance", None)  # the SDK's, in the sandbox
+        pending = getattr(workflow, "_pending_activities", None)  # its activities, by seq
+        if not isinstance(pending, dict):  # not made yet, or not where the SDK kept it
+            return True
         try:
             handles = list(pending.values())
-        except RuntimeError:
+        except RuntimeError:  # changed by an activation that just began
             return True
         return any(isinstance(getattr(h, "_input", None), StartLocalActivityInput) for h in handles)
 
@@ -147,10 +145,6 @@ class _DirectContexts(_Instance):
         nothing that lives in this process only: its pending activities are all regular
         ones (an eviction cancels local activities, which would then run again)."""
         if self.busy or self.parked or self.idle_since > cutoff:
-            return False
-        workflow = getattr(self.inner(), "instance", None)  # the SDK's, in the sandbox
-        pending = getattr(workflow, "_pending_activities", None)  # its activities, by seq
-        if not isinstance(pending, dict):  # not made yet, or not where the SDK kept it
             return False
         return not self._local_activity_pending()
 
