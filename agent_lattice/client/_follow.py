@@ -73,6 +73,11 @@ PAGE_GAP_S = 0.02
 NOTICE_GRACE_S = 0.25
 NOTICE_QUIET_S = 5.0
 NOTICE_QUIET_MAX_S = 30.0
+# A run's first workflow task shows in its history about when its notice arrives, often a
+# little before: a reader whose side channel may bring notices waits this long for that
+# one before it reads the stream (a read is one query per query when notices come; a
+# worker that sends none costs the first messages this much)
+FIRST_NOTICE_S = 0.05
 
 _PUBLISHING = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 _IN_TASK = {  # a page ending here is about to be followed by the task's completion
@@ -104,6 +109,7 @@ class Landed:
         self.count = 0
         self.changed = asyncio.Event()
         self.noticed = False  # a commit notice came
+        self.channel = False  # a side channel feeds this (notices may come)
         self.heard = time.monotonic()  # when the side channel last said anything
         self._items: dict[int, dict[str, Any]] = {}  # wire items by offset, from notices
 
@@ -295,6 +301,7 @@ async def published(
                 # nothing is published before the run's first workflow task completes (a run
                 # under way has: its history's first page says so)
                 await reader.watch.next_task()
+                await reader.first_notice()
             reader.quiet = NOTICE_QUIET_S
             # the run's last workflow task closes it: what it published is the record's to
             # give (or, continued as new, the next run's stream's)
@@ -355,6 +362,19 @@ class _Reader:
     async def rewatch(self, handle: WorkflowHandle[Any, Any], *, close_only: bool) -> None:
         await self.watch.stop()
         self.watch = _Watch(handle, self.landed.changed, close_only=close_only)
+
+    async def first_notice(self) -> None:
+        """After the run's first workflow task: wait a moment for its commit notice, when
+        one may come (``FIRST_NOTICE_S``)."""
+        landed, watch = self.landed, self.watch
+        if not (landed.channel and self.trusted) or landed.noticed:
+            return
+        deadline = time.monotonic() + FIRST_NOTICE_S
+        while not landed.noticed and not watch.closed and watch.error is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await watch.wait(left)
 
     def take(self) -> Iterator[Any]:
         for wire in self.landed.take(self.offset):

@@ -399,6 +399,7 @@ class QueryRun:
         if self.stream:
             receiver = await runtime.stream_receiver()
             channel = receiver.open(producers.live)
+            producers.landed.channel = True  # its run's worker may send commit notices
         await self._start(runtime, receiver.address if receiver else None, channel)
         durable = asyncio.create_task(producers.durable(self.workflow_id, self._landed))
         finished = False
