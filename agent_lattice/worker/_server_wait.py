@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,13 @@ __all__ = ["RECONNECT_ENV", "ServerWaitInterceptor", "reconnect_limit"]
 DEFAULT_RECONNECT_S = 600.0
 CHECK_TIMEOUT_S = 2.0
 CHECK_EVERY_S = 0.5
+# A server that answered this recently counts as answering (a tool turn's two activities
+# end ~20 ms apart; at 50 queries many end within a few ms): one round trip, ~1.3 ms of
+# an activity's time on a quiet worker, for every outcome within the window. An outage
+# that starts inside it and outlasts Core's own retries (~10 s) costs what one without a
+# check costs: the attempt times out and is retried, and a tool's retry is answered from
+# its call record (``CallRecord``), so the tool does not run again.
+FRESH_S = 0.1
 
 
 def reconnect_limit(value: float | None = None) -> float:
@@ -74,8 +82,9 @@ class _WaitForServer(ActivityInboundInterceptor):
         return result
 
     async def _server_answers(self) -> None:
-        """Return once the server answers a health check (one round trip, ~0.5 ms, when it
-        does), or after the reconnect limit; a server that answers with an error counts.
+        """Return once the server answers a health check (one round trip, ~1 ms, when it
+        does, shared with the activities ending with this one; none when it answered within
+        ``FRESH_S``), or after the reconnect limit; a server that answers with an error counts.
         A local activity's outcome goes to its own worker, not to the server: held, it would
         run past its timeout and be cut off although it finished (a cheap tool's model heard
         it "did not finish")."""
@@ -86,17 +95,56 @@ class _WaitForServer(ActivityInboundInterceptor):
         except RuntimeError:
             return  # a sync activity has no client: Core's retries alone
         deadline = time.monotonic() + self.limit_s
+        checks = _checks(client.service_client)
         while True:
-            try:
-                if await client.service_client.check_health(
-                    timeout=timedelta(seconds=CHECK_TIMEOUT_S)
-                ):
-                    return
-            except RPCError as err:
-                if err.status not in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-                    return
-            except Exception:
-                return  # not ours to fail the activity for
+            if await checks.answers():
+                return
             if time.monotonic() >= deadline:
                 return
             await asyncio.sleep(CHECK_EVERY_S)
+
+
+class _Checks:
+    """One server's health checks, shared by the activities that end together."""
+
+    def __init__(self, service: Any) -> None:
+        self._service = service
+        self._answered_at = -math.inf
+        self._pending: asyncio.Future[bool] | None = None
+
+    async def answers(self) -> bool:
+        """Whether the server answers (now, or within ``FRESH_S``); one check at a time."""
+        if time.monotonic() - self._answered_at < FRESH_S:
+            return True
+        pending = self._pending
+        if pending is None or pending.get_loop() is not asyncio.get_running_loop():
+            pending = self._pending = asyncio.ensure_future(self._check())
+            pending.add_done_callback(self._done)
+        return await asyncio.shield(pending)
+
+    def _done(self, check: asyncio.Future[bool]) -> None:
+        if self._pending is check:
+            self._pending = None
+
+    async def _check(self) -> bool:
+        try:
+            serving = await self._service.check_health(timeout=timedelta(seconds=CHECK_TIMEOUT_S))
+        except RPCError as err:
+            if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                return False
+            serving = True  # a server that answers with an error counts
+        except Exception:
+            serving = True  # not ours to fail the activity for
+        if serving:
+            self._answered_at = time.monotonic()
+        return bool(serving)
+
+
+_CHECKS: weakref.WeakKeyDictionary[Any, _Checks] = weakref.WeakKeyDictionary()
+
+
+def _checks(service: Any) -> _Checks:
+    checks = _CHECKS.get(service)
+    if checks is None:
+        checks = _CHECKS[service] = _Checks(service)
+    return checks
