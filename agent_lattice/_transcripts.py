@@ -94,8 +94,10 @@ class TranscriptStore:
                 self._remember(head, (*before, *copies))
         return head
 
-    async def messages(self, head: str | None) -> list[ModelMessage]:
-        """Every message up to and including ``head``, oldest first (copies: yours to change)."""
+    async def messages(self, head: str | None, *, copies: bool = True) -> list[ModelMessage]:
+        """Every message up to and including ``head``, oldest first (copies: yours to change;
+        ``copies=False``: the cached messages themselves, for a caller that only reads them,
+        as a deep copy costs O(turns) per request)."""
         if head is None:
             return []
         cached = self._cache().get(head)
@@ -105,7 +107,7 @@ class TranscriptStore:
                 raise TranscriptMissing(_missing("transcript", head))
             cached = tuple(ModelMessage.model_validate_json(b) for b in bodies)
             self._remember(head, cached)
-        return [m.model_copy(deep=True) for m in cached]
+        return [m.model_copy(deep=True) for m in cached] if copies else list(cached)
 
     async def put_blob(self, data: str) -> str:
         ref = _digest(data)

@@ -98,6 +98,32 @@ async def test_on_model_request_shapes_one_request_only(make_agent, fake_anthrop
     assert len(await agent.get_history()) == 6  # the stored conversation is untouched
 
 
+async def test_a_hook_that_changes_its_messages_in_place_changes_no_later_request(
+    make_agent, fake_anthropic
+):
+    """The model activity shares its cached transcript with the request when no user code
+    sees it; a hook gets copies, so what it changes stays in its own request."""
+
+    calls = []
+
+    def on_model_request(ctx):
+        calls.append(ctx.turn)
+        if len(calls) == 1:  # the first request only
+            for message in ctx.messages:
+                if message.role == "user" and isinstance(message.content, str):
+                    message.content = "tampered"
+        return None
+
+    fake_anthropic.set_handler(Script(text("one"), text("two")))
+    agent = make_agent(hooks={"on_model_request": on_model_request})
+    await agent.prompt("first")
+    await agent.prompt("second")
+
+    first, second = fake_anthropic.requests
+    assert first.last_user_text == "tampered"
+    assert [m["content"] for m in second.messages if m["role"] == "user"] == ["first", "second"]
+
+
 async def test_composite_hooks_chain_in_order_and_skip_none(make_agent, fake_anthropic):
     def upper(ctx):
         return {**ctx.result.model_dump(), "content": ctx.result.content.upper()}

@@ -50,13 +50,14 @@ class ActivitiesBase:
         return self._transcript_store
 
     async def _transcript(
-        self, head: str | None, unsent: list[ModelMessage]
+        self, head: str | None, unsent: list[ModelMessage], *, copies: bool = True
     ) -> tuple[str | None, list[ModelMessage]]:
-        """Store the unsent messages after ``head``; the new head and the whole transcript."""
+        """Store the unsent messages after ``head``; the new head and the whole transcript
+        (``copies=False``: shared with the store's cache, to be read only)."""
         store = self._transcripts
         try:
             head = await store.append(head, unsent)
-            return head, await hydrate(await store.messages(head), store)
+            return head, await hydrate(await store.messages(head, copies=copies), store)
         except TranscriptMissing as err:
             raise ApplicationError(
                 str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True

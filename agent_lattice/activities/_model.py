@@ -40,7 +40,16 @@ class ModelActivities(ActivitiesBase):
     async def model_request(self, input: ModelCallInput) -> ModelCallOutput:
         agent = self._agent(input.agent_key, input.session_id)
         config = agent.config
-        request_head, transcript = await self._transcript(input.head, input.unsent)
+        tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
+        # user code (a hook, a tracer, a model client of its own) gets copies of the messages
+        shared = (
+            config.hooks is None
+            and not tracer.enabled
+            and getattr(agent.model_client, "reads_messages_only", False) is True
+        )
+        request_head, transcript = await self._transcript(
+            input.head, input.unsent, copies=not shared
+        )
         shaped = ModelRequestContext(
             messages=transcript,
             system_prompt=_system_prompt(agent),
@@ -48,7 +57,6 @@ class ModelActivities(ActivitiesBase):
         )
         if config.hooks is not None:
             shaped = await hook(config.hooks.model_request(shaped))
-        tracer = self._tracer(agent, input.session_id, input.run_id, input.trace_seq)
         if tracer.enabled:  # the whole transcript, serialized: only for a tracer
             await tracer.emit(
                 "model_request",

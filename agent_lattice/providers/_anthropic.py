@@ -78,6 +78,10 @@ class AnthropicModelClient:
     read where the client is built (the worker), never sent through workflow history.
     """
 
+    # it never changes the request's messages (it sends their to_wire() dumps): the model
+    # activity may hand it the transcript cache's own messages, not copies
+    reads_messages_only = True
+
     def __init__(
         self,
         *,
