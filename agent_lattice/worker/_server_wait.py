@@ -95,9 +95,10 @@ class _WaitForServer(ActivityInboundInterceptor):
         except RuntimeError:
             return  # a sync activity has no client: Core's retries alone
         deadline = time.monotonic() + self.limit_s
-        checks = _checks(client.service_client)
+        service = client.service_client
+        checks = _checks(service)
         while True:
-            if await checks.answers():
+            if await checks.answers(service):
                 return
             if time.monotonic() >= deadline:
                 return
@@ -105,20 +106,20 @@ class _WaitForServer(ActivityInboundInterceptor):
 
 
 class _Checks:
-    """One server's health checks, shared by the activities that end together."""
+    """One server's health checks, shared by the activities that end together (kept by the
+    service client they ask, weakly: it holds no reference to it)."""
 
-    def __init__(self, service: Any) -> None:
-        self._service = service
+    def __init__(self) -> None:
         self._answered_at = -math.inf
         self._pending: asyncio.Future[bool] | None = None
 
-    async def answers(self) -> bool:
+    async def answers(self, service: Any) -> bool:
         """Whether the server answers (now, or within ``FRESH_S``); one check at a time."""
         if time.monotonic() - self._answered_at < FRESH_S:
             return True
         pending = self._pending
         if pending is None or pending.get_loop() is not asyncio.get_running_loop():
-            pending = self._pending = asyncio.ensure_future(self._check())
+            pending = self._pending = asyncio.ensure_future(self._check(service))
             pending.add_done_callback(self._done)
         return await asyncio.shield(pending)
 
@@ -126,9 +127,9 @@ class _Checks:
         if self._pending is check:
             self._pending = None
 
-    async def _check(self) -> bool:
+    async def _check(self, service: Any) -> bool:
         try:
-            serving = await self._service.check_health(timeout=timedelta(seconds=CHECK_TIMEOUT_S))
+            serving = await service.check_health(timeout=timedelta(seconds=CHECK_TIMEOUT_S))
         except RPCError as err:
             if err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
                 return False
@@ -146,5 +147,5 @@ _CHECKS: weakref.WeakKeyDictionary[Any, _Checks] = weakref.WeakKeyDictionary()
 def _checks(service: Any) -> _Checks:
     checks = _CHECKS.get(service)
     if checks is None:
-        checks = _CHECKS[service] = _Checks(service)
+        checks = _CHECKS[service] = _Checks()
     return checks
