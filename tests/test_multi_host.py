@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +42,8 @@ from agent_lattice.testing import (
     tool_use,
     tool_use_block,
 )
+
+from forwarder import Forwarder
 
 pytestmark = pytest.mark.slow  # a server and three processes on four namespaces, one killed
 
@@ -142,51 +143,6 @@ class Hosts:
             subprocess.run(["ip", *undo], capture_output=True)
 
 
-class Forwarder:
-    """A TCP forwarder on ``listen`` to ``target``: the hosts reach the root namespace's
-    loopback-only Postgres through it. Its own thread and loop, so a busy test loop never
-    holds a worker's query."""
-
-    def __init__(self, listen: str, target: tuple[str, int]) -> None:
-        self._listen, self._target = listen, target
-        self._loop = asyncio.new_event_loop()
-        self.port = 0
-        threading.Thread(target=self._loop.run_forever, daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
-
-    async def _serve(self) -> None:
-        self._server = await asyncio.start_server(self._pipe, self._listen, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.close()
-            return
-
-        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
-
-    def close(self) -> None:
-        async def stop() -> None:
-            self._server.close()
-            # the open connections' pipes end here, not with the loop's garbage
-            pipes = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in pipes:
-                task.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-
-
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
     why = netns_unavailable()
@@ -274,7 +230,9 @@ async def test_queries_survive_a_worker_host_killed_mid_run(hosts: Hosts, effect
     import psycopg.conninfo
 
     pg = psycopg.conninfo.conninfo_to_dict(POSTGRES_DSN)
-    forwarder = Forwarder(hosts.root, (str(pg.get("host", "127.0.0.1")), int(pg.get("port", 5432))))
+    forwarder = Forwarder(
+        (str(pg.get("host", "127.0.0.1")), int(pg.get("port", 5432))), listen=hosts.root
+    )
     fake = FakeAnthropicServer(model, host=hosts.root).start()
     try:
         dsn = psycopg.conninfo.make_conninfo(POSTGRES_DSN, host=hosts.root, port=forwarder.port)

@@ -10,11 +10,9 @@ made at test time with ``cryptography``: a CA, a server certificate for 127.0.0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import ipaddress
 import ssl
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from forwarder import Forwarder
 
 SERVER_NAME = "temporal.lattice.test"
 
@@ -104,74 +104,33 @@ class Authority:
 
 class TLSProxy:
     """Accepts TLS on 127.0.0.1 (a random port), requires a client certificate signed by
-    ``client_ca``, and forwards each connection to ``upstream`` (the dev server's gRPC port).
-    It runs its own event loop in a thread, so the test's loop and CLI processes both use it.
-    ``clients``: the common names of the client certificates it accepted."""
+    ``client_ca``, and forwards each connection to ``upstream`` (the dev server's gRPC port),
+    through a ``Forwarder`` (its own loop in a thread, so the test's loop and CLI processes
+    both use it). ``clients``: the common names of the client certificates it accepted."""
 
     def __init__(self, upstream: str, server: Issued, client_ca: Path) -> None:
-        host, _, port = upstream.rpartition(":")
-        self._upstream = (host, int(port))
+        self._upstream = upstream
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.load_cert_chain(server.cert, server.key)
         self._context.load_verify_locations(client_ca)
         self._context.verify_mode = ssl.CERT_REQUIRED
         self._context.set_alpn_protocols(["h2"])  # gRPC speaks HTTP/2 only
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._forwarder: Forwarder | None = None
         self.clients: list[str] = []
-        self.port = 0
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        assert self._forwarder is not None
+        return self._forwarder.address
 
     def __enter__(self) -> TLSProxy:
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._accepted, "127.0.0.1", 0, ssl=self._context), self._loop
-        ).result(10)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._forwarder = Forwarder(self._upstream, ssl=self._context, accepted=self._accepted)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in self._connections:
-                task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        assert self._forwarder is not None
+        self._forwarder.close()
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.ensure_future(self._forward(reader, writer))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accepted(self, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peercert") or {}
         self.clients += [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-        except OSError:
-            writer.close()
-            return
-        pipes = [_pipe(reader, up_writer), _pipe(up_reader, writer)]
-        await asyncio.gather(*pipes, return_exceptions=True)
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (OSError, ssl.SSLError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
