@@ -12,13 +12,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import EventType
 from temporalio.common import SearchAttributeKey
 from test_approval import approval_request, refund_tool
 
-from agent_lattice import ResultMessage, agent_tool
+from agent_lattice import ResultMessage, agent_tool, tool
 from agent_lattice.client import Runtime
 from agent_lattice.client._server import _accepting, _free_port, temporal_binary
 from agent_lattice.testing import (
@@ -30,6 +33,7 @@ from agent_lattice.testing import (
     tool_use,
     tool_use_block,
 )
+from agent_lattice.workflows._refs import workflow_id_for
 from agent_lattice.workflows._visibility import SEARCH_ATTRIBUTES
 
 from conftest import by_agent, keep_history, named_agent, waiting_tool
@@ -205,6 +209,72 @@ async def test_progress_shows_in_the_current_details_beside_an_approval_wait(
     messages = await rest
     assert isinstance(messages[-1], ResultMessage) and messages[-1].subtype == "success"
     assert (await details()).startswith("success after 2 turns · ")
+
+
+class _Nothing(BaseModel):
+    pass
+
+
+async def test_a_running_run_shows_its_tokens_at_a_turn_index_every_s_after_the_last(
+    make_agent, fake_anthropic, lattice_server
+):
+    """Tokens and cost are upserted while the run goes, but not at every turn (each upsert is
+    a history event and a visibility write): at a tool turn index_every_s after the last."""
+    every = 3.0
+    settings = FAST_SETTINGS.model_copy(update={"index_every_s": every})
+    runtime = await Runtime.connect(lattice_server, settings=settings, inline_workers=True)
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("pause", {}, usage=TURN),
+            tool_use("pause", {}, usage=TURN),
+            text("done", usage=TURN),
+        )
+    )
+    released = [asyncio.Event(), asyncio.Event()]
+    calls: list[int] = []
+
+    async def pause(_: _Nothing) -> str:
+        calls.append(len(calls))
+        await released[calls[-1]].wait()
+        return "resumed"
+
+    agent = make_agent(name="slow", tools=[tool("pause", "Wait.", _Nothing, pause)])
+    run = asyncio.ensure_future(agent.prompt("Go.", runtime=runtime))
+    handle = runtime.client.get_workflow_handle(workflow_id_for(agent, 1))
+    tokens_key = SearchAttributeKey.for_int("LatticeInputTokens")
+    outcome_key = SearchAttributeKey.for_keyword("LatticeOutcome")
+
+    async def upserts() -> int:
+        history = await handle.fetch_history()
+        kind = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        return sum(e.event_type == kind for e in history.events)
+
+    try:
+        await assert_eventually(lambda: len(calls) == 1)
+        described = await handle.describe()
+        assert await upserts() == 0  # turn 1 came right after the start attributes
+        assert described.typed_search_attributes.get(tokens_key) is None
+        due = described.start_time + timedelta(seconds=every + 0.5)
+        await asyncio.sleep((due - datetime.now(UTC)).total_seconds())
+        released[0].set()
+
+        await assert_eventually(lambda: len(calls) == 2)
+        assert await upserts() == 1  # turn 2: index_every_s after the start
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(tokens_key) == 2 * 6000  # both requests' tokens, while it runs
+        assert attributes.get(outcome_key) is None
+        released[1].set()
+
+        assert (await run).subtype == "success"
+        assert await upserts() == 2  # and the end, with the outcome
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(tokens_key) == 3 * 6000
+        assert attributes.get(outcome_key) == "success"
+        await keep_history(runtime, handle.id, "indexed_every")
+    finally:
+        for event in released:
+            event.set()
+        await runtime.close()
 
 
 @pytest.fixture

@@ -205,3 +205,4 @@ def test_histories_are_committed():
     assert {"team_run", "team_lead", "team_mailbox"} <= names
     assert {"child_landing", "child_store_failed"} <= names
     assert "indexed_run" in names  # search attributes upserted, a budget spent
+    assert "indexed_every" in names  # tokens upserted at a turn index_every_s after the last

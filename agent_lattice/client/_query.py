@@ -213,6 +213,7 @@ class QueryRun:
             approval_timeout_s=self.approval_timeout_s,
             max_budget_usd=self.max_budget_usd,
             search_attributes=await runtime.search_attributes_ready(),
+            index_every_s=runtime.settings.index_every_s,
         )
         memo = {PROMPT_MEMO: prompt_line(self.prompt)}
         if self.tracer is not None:

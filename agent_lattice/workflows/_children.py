@@ -26,7 +26,11 @@ async def start_child(
     """A delegated query (or handed-off work) as a child workflow, with its parent's
     activity settings (and search attributes when the parent has them)."""
     query = child.child.model_copy(
-        update={"settings": parent.settings, "search_attributes": parent.search_attributes}
+        update={
+            "settings": parent.settings,
+            "search_attributes": parent.search_attributes,
+            "index_every_s": parent.index_every_s,
+        }
     )
     team = child.team if isinstance(child, TeamChild) else None
     return await start_query(

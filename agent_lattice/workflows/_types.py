@@ -12,15 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    Discriminator,
-    Field,
-    RootModel,
-    Tag,
-    model_validator,
-)
+from pydantic import AliasChoices, BaseModel, Discriminator, Field, RootModel, Tag, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from .._approvals import ApprovalAsk
@@ -130,6 +122,8 @@ class ActivitySettings(BaseModel):
     # ... and sooner when the provider cannot be reached at all (connection refused, DNS):
     # a wrong base_url is reported within this time, naming the URL
     model_unreachable_give_up_s: float = 20.0
+    # a running query's tokens and cost attributes are upserted this long apart (0: every turn)
+    index_every_s: float = Field(default=30.0, ge=0)
 
 
 class RequestOptions(BaseModel):
@@ -238,6 +232,8 @@ class AgentRunInput(BaseModel):
     aborted: bool = False  # started aborted: a lead whose team was told before it started
     # the server has the Lattice search attributes: the run upserts them (see _visibility)
     search_attributes: bool = False
+    # settings.index_every_s; None: a run recorded before it, which upserts at every tool turn
+    index_every_s: float | None = None
 
 
 class AgentRunOutput(BaseModel):

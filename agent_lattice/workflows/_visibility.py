@@ -4,8 +4,8 @@ current details.
 
 The search attributes let an operator find and group runs (``temporal workflow list --query
 'LatticeOutcome="error_max_budget"'``, ``lattice runs --outcome ...``, a column in the UI's
-list): agent, session and model are set when the run starts, tokens and cost after each model
-turn, the outcome when it ends. A server where they are not registered would fail the
+list): agent, session and model are set when the run starts, tokens and cost at a tool turn
+``_progress.INDEX_EVERY`` after their last upsert, with the outcome when it ends. A server where they are not registered would fail the
 workflow task that upserts them, over and over, so a run only sets them when its starter
 found them registered (``AgentRunInput.search_attributes``; children inherit it), and
 never because of them fails. The memo carries the prompt's first line.
