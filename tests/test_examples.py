@@ -137,4 +137,5 @@ def test_examples_run(lattice_server, task_queue_prefix):
             assert line in out, f"{name} printed:\n{out}"
         assert "scripted fake model" in err  # says honestly what answers
         assert "Traceback" not in err, err
+        assert "Unclosed" not in err, err  # an HTTP session or connector left open at exit
     assert set(EXPECTED) == {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}

@@ -184,6 +184,32 @@ def test_model_clients_share_one_http_client_per_event_loop():
         assert a is not b
 
 
+async def test_the_shared_http_client_closes_with_the_loops_last_worker(
+    lattice_server, make_agent, fake_anthropic
+):
+    """A session left open is reported by aiohttp (on stderr, when it is collected): the
+    loop's shared HTTP client closes when the last worker of the loop stops, not before."""
+    import asyncio
+
+    from agent_lattice.providers._anthropic import _HTTP_BY_LOOP
+    from agent_lattice.testing import FAST_SETTINGS
+
+    fake_anthropic.set_handler(lambda r: text("hello"))
+    loop = asyncio.get_running_loop()
+    runtimes = [
+        await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=True)
+        for _ in range(2)
+    ]
+    for i, runtime in enumerate(runtimes):
+        result = await make_agent(name=f"closer-{i}").prompt("Hi.", runtime=runtime)
+        assert result.result == "hello"
+    http = _HTTP_BY_LOOP[loop]
+    await runtimes[0].close()
+    assert not http.is_closed  # the other runtime's worker may still ask the model
+    await runtimes[1].close()
+    assert http.is_closed and loop not in _HTTP_BY_LOOP
+
+
 async def test_serialization_contexts_are_read_directly_and_match_the_sandbox(
     make_agent, fake_anthropic, monkeypatch
 ):

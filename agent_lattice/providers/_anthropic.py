@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import os
 import sys
 import threading
 import weakref
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .._messages import ModelMessage, Usage
@@ -31,6 +33,11 @@ _RAW_EVENTS = frozenset(
 )
 _RETRYABLE_ERROR_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
+# The SDK's aiohttp transport (``anthropic[aiohttp]``) rather than its httpx default: a streamed
+# request cost 3.4-4.4 ms of CPU through httpx's connection pool and 1.8 ms through aiohttp,
+# one at a time and 50 at once alike (bench/README.md, seventh round); requests, errors and
+# timeouts are the SDK's own either way (it maps aiohttp's exceptions onto httpx's).
+#
 # One HTTP client per event loop, shared by every AnthropicModelClient of the process. Building
 # one (its TLS context, with the CA bundle) costs ~21 ms of CPU, and a service that makes an
 # agent per request or session paid it per query, with a new connection pool each time. An
@@ -55,9 +62,32 @@ def _http_client() -> Any:
             del _HTTP_BY_LOOP[closed]
         http = _HTTP_BY_LOOP.get(loop)
         if http is None or http.is_closed:
-            http = _SPARE_HTTP.pop() if _SPARE_HTTP else anthropic.DefaultAsyncHttpxClient()
+            http = _SPARE_HTTP.pop() if _SPARE_HTTP else anthropic.DefaultAioHttpClient()
             _HTTP_BY_LOOP[loop] = http
         return http
+
+
+# How many workers of each loop may make model requests: the last to stop closes the loop's
+# shared client (aiohttp reports a session left open, at exit, as an error)
+_HOLDERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def shared_http_client_held() -> AsyncIterator[None]:
+    """Held while a worker runs: the running loop's shared HTTP client is closed once no
+    worker of that loop holds it (a later request builds another)."""
+    loop = asyncio.get_running_loop()
+    _HOLDERS[loop] = _HOLDERS.get(loop, 0) + 1
+    try:
+        yield
+    finally:
+        _HOLDERS[loop] -= 1
+        if not _HOLDERS[loop]:
+            with _HTTP_LOCK:
+                http = _HTTP_BY_LOOP.pop(loop, None)
+            if http is not None:
+                with contextlib.suppress(Exception):
+                    await http.aclose()
 
 
 def _prepare_http_client() -> None:
@@ -66,7 +96,7 @@ def _prepare_http_client() -> None:
 
     with _HTTP_LOCK:
         if not _HTTP_BY_LOOP and not _SPARE_HTTP:
-            _SPARE_HTTP.append(anthropic.DefaultAsyncHttpxClient())
+            _SPARE_HTTP.append(anthropic.DefaultAioHttpClient())
 
 
 class AnthropicModelClient:

@@ -22,6 +22,7 @@ from .._live_feeds import LIVE_MARK, live_feeds
 from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..providers._anthropic import shared_http_client_held
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._commits import send_commit_notices
@@ -209,7 +210,8 @@ class LatticePlugin(SimplePlugin):
         # a query's reader hears from the worker what each task published (worker/_commits)
         undo = send_commit_notices(worker) if _settings.commit_notices() else None
         try:
-            await super().run_worker(worker, next)
+            async with shared_http_client_held():
+                await super().run_worker(worker, next)
         finally:
             parking.cancel()
             if undo is not None:
