@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -223,6 +224,14 @@ class AgentConfig:
 
     def fingerprint(self) -> str:
         """A stable digest of what the model sees: workers and clients agree on it."""
+        return self._fingerprint
+
+    @functools.cached_property
+    def tools_by_name(self) -> Mapping[str, ToolDefinition[Any]]:
+        return {t.name: t for t in self.tools}
+
+    @functools.cached_property
+    def _fingerprint(self) -> str:  # the config is frozen: computed once (a JSON dump, sha256)
         doc = {
             "name": self.name,
             "model": self.model,
@@ -353,7 +362,7 @@ class Agent:
         return self.config.tools
 
     def tool(self, name: str) -> ToolDefinition[Any] | None:
-        return next((t for t in self.config.tools if t.name == name), None)
+        return self.config.tools_by_name.get(name)
 
     def add_tools(self, tools: Sequence[ToolDefinition[Any]]) -> None:
         """Give the agent more tools, from its next query on (idle only: a running query

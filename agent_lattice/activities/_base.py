@@ -194,17 +194,17 @@ async def heartbeating() -> AsyncIterator[None]:
         yield
         return
     interval = max(info.heartbeat_timeout.total_seconds() / 2, 0.05)
+    loop = asyncio.get_running_loop()
 
-    async def beat() -> None:
-        # Starting counts as alive; the first beat is due one interval later.
-        while True:
-            await asyncio.sleep(interval)
-            activity.heartbeat()
+    def beat() -> None:  # in the activity's context (call_later copies it)
+        nonlocal timer
+        activity.heartbeat()
+        timer = loop.call_later(interval, beat)
 
-    task = asyncio.create_task(beat())
+    # Starting counts as alive; the first beat is due one interval later. A timer, not a
+    # task: most activities end long before it, and a task cost each one a start and a cancel.
+    timer = loop.call_later(interval, beat)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
