@@ -306,7 +306,9 @@ class Agent:
         builtin: bool = False,
         session: Session | None = None,
     ) -> None:
-        self.session = session or Session(session_id or uuid.uuid4().hex, config.history_store)
+        self.session = session or Session(
+            session_id or uuid.uuid4().hex, config.history_store, fresh=session_id is None
+        )
         # the private workspace and its built-in tools (create_agent; not create_bare_agent)
         self.workspace: Path | None = None
         if builtin and config.workspace is not False:

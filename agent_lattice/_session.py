@@ -63,9 +63,13 @@ class Session:
     Every view of one agent (the agent a host created, the lead a team runs with its member
     tools) shares one Session, so they share one history and run one query at a time."""
 
-    def __init__(self, session_id: str, store: HistoryStore | None = None) -> None:
+    def __init__(
+        self, session_id: str, store: HistoryStore | None = None, *, fresh: bool = False
+    ) -> None:
         self.id = session_id
         self.store = store
+        # the id was made here (a new uuid): Temporal holds no earlier query of it to resume
+        self.fresh = fresh
         # where its queries run (Agent.bind_runtime): a client Runtime; None: the default
         self.runtime: Any = None
         self._history: list[ModelMessage] = []

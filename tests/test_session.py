@@ -10,7 +10,7 @@ import pytest
 from agent_lattice import ConcurrentQueryError, ModelMessage, create_bare_agent
 from agent_lattice._session import Session
 from agent_lattice._transcripts import SqliteTranscriptStore
-from agent_lattice.testing import collect
+from agent_lattice.testing import collect, text
 
 from conftest import API_KEY
 
@@ -98,3 +98,28 @@ def test_a_team_the_host_drops_is_collected(fake_anthropic):
     for _ in range(3):  # a cycle freed by one pass may hold the next (finalizers run between)
         gc.collect()
     assert [ref() for ref in gone] == [None, None]
+
+
+async def test_a_session_made_here_is_not_looked_up_on_the_server(
+    make_agent, fake_anthropic, lattice_runtime, monkeypatch
+):
+    """An agent given no session_id has a new session: its first query starts without asking
+    Temporal for earlier queries of it (a service making an agent per request pays no round
+    trip for them); an agent given a session_id is looked up, to resume it."""
+    fake_anthropic.set_handler(lambda r: text("hello"))
+    service = lattice_runtime.client.workflow_service
+    asked: list[str] = []
+    real = service.describe_workflow_execution
+
+    async def counted(req, **options):  # the real RPC, noted
+        asked.append(req.execution.workflow_id)
+        return await real(req, **options)
+
+    monkeypatch.setattr(service, "describe_workflow_execution", counted)
+    fresh = make_agent(name="fresh")
+    assert (await fresh.prompt("Hi.")).result == "hello"
+    assert asked == []
+    given = f"s{fresh.session_id[:8]}"
+    named = make_agent(name="named", session_id=given)
+    assert (await named.prompt("Hi.")).result == "hello"
+    assert asked == [f"named-{given}-1"]  # no earlier query: a new session after all

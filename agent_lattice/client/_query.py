@@ -372,9 +372,11 @@ class QueryRun:
         the agent served."""
         runtime = self._runtime or self.agent.runtime or await get_default_runtime()
         agent, session = self.agent, self.agent.session
-        if not session.loaded:
+        if not session.loaded:  # a session id made here has no earlier queries to probe for
             await session.load(
-                await runtime.session_state(agent.name, agent.session_id, agent=agent)
+                None
+                if session.fresh
+                else await runtime.session_state(agent.name, agent.session_id, agent=agent)
             )
         await runtime.ensure_worker(agent)
         return runtime
