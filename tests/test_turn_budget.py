@@ -102,3 +102,35 @@ async def test_a_tool_turn_stays_within_its_round_trip_budget(make_agent, fake_a
     assert not over, f"{mode}() per tool turn {figures} exceeds its budget {budget}"
     # every tool turn is one model request and one tool call: no fewer either
     assert figures["activities"] == 2
+
+
+@pytest.mark.parametrize("mode", ["prompt", "query"])
+async def test_a_query_asks_the_server_for_its_run_once(
+    make_agent, fake_anthropic, lattice_runtime, monkeypatch, mode
+):
+    """Beyond its turns, a query's caller costs the server one wait for the run's close (the
+    result's long poll; query()'s reader takes the output from the close it reads anyway) and
+    no lookup of a session made here (tests/test_session.py)."""
+    fake_anthropic.set_handler(turns_of)
+    service = lattice_runtime.client.workflow_service
+    asked: list[str] = []
+
+    def counted(name: str):
+        real = getattr(service, name)
+
+        async def call(req, **options):  # the real RPC, noted
+            if name == "describe_workflow_execution":
+                asked.append("describe")
+            elif req.history_event_filter_type == 2:  # HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT
+                asked.append("close poll")
+            return await real(req, **options)
+
+        monkeypatch.setattr(service, name, call)
+
+    counted("describe_workflow_execution")
+    counted("get_workflow_execution_history")
+    await counts_of(make_agent, mode, SHORT)
+    # query()'s reader learns once whether the run is still running (it may read a closed one
+    # from its record); the counts' own fetch_history asks for every event, not the close
+    expected = ["close poll"] if mode == "prompt" else ["describe", "close poll"]
+    assert asked == expected

@@ -112,6 +112,23 @@ class Landed:
         self.channel = False  # a side channel feeds this (notices may come)
         self.heard = time.monotonic()  # when the side channel last said anything
         self._items: dict[int, dict[str, Any]] = {}  # wire items by offset, from notices
+        # the run's output as the reader read it from the close (None: it read none), so its
+        # caller needs no long poll of its own for the result
+        self._output: asyncio.Future[AgentRunOutput | None] | None = None
+
+    def _outcome(self) -> asyncio.Future[AgentRunOutput | None]:
+        if self._output is None:
+            self._output = asyncio.get_running_loop().create_future()
+        return self._output
+
+    def read_output(self, output: AgentRunOutput | None) -> None:
+        """The reader read the run's output (None: it ended without one)."""
+        if not self._outcome().done():
+            self._outcome().set_result(output)
+
+    async def output(self) -> AgentRunOutput | None:
+        """The run's output once the reader has read it, or None if it ended without."""
+        return await asyncio.shield(self._outcome())
 
     def at_least(self, count: int) -> None:
         self.heard = time.monotonic()
@@ -326,6 +343,7 @@ async def published(
         if watch.result is not None:
             # what the closing workflow task published travels in the run's output
             (output,) = await client.data_converter.decode(watch.result.payloads, [AgentRunOutput])
+            reader.landed.read_output(output)
             if reader.offset < output.tail_from:
                 # the run closed before the reader read an earlier task's messages
                 for item in await _closed_run_items(

@@ -178,6 +178,7 @@ class Producers:
         except Exception as err:  # the caller hears why the messages stopped
             await self.merge.put(Failed(err))
         finally:
+            self.landed.read_output(None)  # if it read none by now, it reads none
             await self.merge.put(Mark.END)
 
     def follow(self, event: TeamAgentEvent) -> None:

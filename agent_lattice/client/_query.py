@@ -410,7 +410,13 @@ class QueryRun:
             while (item := await self._next(runtime, merge)) is not Mark.END:
                 if isinstance(item, ResultMessage):
                     finished = True
-                    await self._collect(runtime, await self._output(), new_messages)
+                    # the reader reads the run's close, output and all, a moment after the
+                    # result message: no long poll of the result of its own. A team's query
+                    # waits for its TeamWorkflow instead, which ends after the lead's run
+                    # (its work cancelled first, when aborted)
+                    output = None if self.team else await producers.landed.output()
+                    output = output or await self._output()
+                    await self._collect(runtime, output, new_messages)
                     _raise_hook_failure(item)
                     for event in merge.flush():
                         yield event

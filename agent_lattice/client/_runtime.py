@@ -337,6 +337,8 @@ class Runtime:
                 yield message
                 seen += 1
                 if isinstance(message, ResultMessage):
+                    if landed is not None:  # a query's own reader: see _read_to_close
+                        await _read_to_close(items)
                     return
         except Exception as err:
             # Temporal already retried the server for the reconnect limit: do not wait again.
@@ -537,3 +539,11 @@ class Runtime:
                     await register_attributes(self.client)
             self._indexed = not missing
         return self._indexed
+
+
+async def _read_to_close(items: AsyncIterator[Any]) -> None:
+    """Read a run's stream on past its result message, to the run's close: the reader then
+    has the run's output (``Landed.output``), and its query needs no long poll of its own."""
+    with contextlib.suppress(Exception):
+        async for _ in items:
+            pass
