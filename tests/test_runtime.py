@@ -210,6 +210,40 @@ async def test_the_shared_http_client_closes_with_the_loops_last_worker(
     assert http.is_closed and loop not in _HTTP_BY_LOOP
 
 
+_DIRECT_REQUESTS = """
+import asyncio, gc, sys
+from agent_lattice._messages import ModelMessage
+from agent_lattice.providers import ModelRequest
+from agent_lattice.providers._anthropic import AnthropicModelClient
+
+client = AnthropicModelClient(api_key="k", base_url=sys.argv[1])
+request = ModelRequest(
+    model="m", messages=[ModelMessage(role="user", content="hi")], max_tokens=10, stream=True
+)
+for _ in range(2):  # a loop per question, no worker anywhere
+    print(asyncio.run(client.create(request)).text)
+    gc.collect()
+"""
+
+
+def test_a_request_outside_any_worker_leaves_no_session_open():
+    """The loop's shared HTTP client closes with an ``asyncio.run`` loop too (when no worker
+    held it): aiohttp would report the session left open on stderr."""
+    import subprocess
+    import sys
+
+    with FakeAnthropicServer(lambda r: text("hello")) as fake:
+        proc = subprocess.run(
+            [sys.executable, "-c", _DIRECT_REQUESTS, fake.base_url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["hello", "hello"]
+    assert "Unclosed" not in proc.stderr, proc.stderr
+
+
 async def test_serialization_contexts_are_read_directly_and_match_the_sandbox(
     make_agent, fake_anthropic, monkeypatch
 ):

@@ -64,7 +64,29 @@ def _http_client() -> Any:
         if http is None or http.is_closed:
             http = _SPARE_HTTP.pop() if _SPARE_HTTP else anthropic.DefaultAioHttpClient()
             _HTTP_BY_LOOP[loop] = http
+            _CLOSERS[loop] = _closed_with_loop(http)
         return http
+
+
+# Each loop's client is also closed when the loop shuts down its async generators (asyncio.run
+# does, before it closes the loop), for a request made outside any worker: an async generator
+# is the one hook a loop's shutdown offers
+_CLOSERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+def _closed_with_loop(http: Any) -> Any:
+    async def closer() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                await http.aclose()
+
+    generator = closer()
+    step: Any = generator.__anext__()  # registers it with the running loop; runs to its yield
+    with contextlib.suppress(StopIteration):
+        step.send(None)
+    return generator
 
 
 # How many workers of each loop may make model requests: the last to stop closes the loop's
