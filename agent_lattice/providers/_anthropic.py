@@ -60,6 +60,7 @@ def _http_client() -> Any:
         # its pooled connections would keep the loop, the weak key, alive: let both go
         for closed in [other for other in _HTTP_BY_LOOP if other.is_closed()]:
             del _HTTP_BY_LOOP[closed]
+            _CLOSERS.pop(closed, None)  # a suspended closer holds the client too
         http = _HTTP_BY_LOOP.get(loop)
         if http is None or http.is_closed:
             http = _SPARE_HTTP.pop() if _SPARE_HTTP else anthropic.DefaultAioHttpClient()
@@ -106,10 +107,10 @@ async def shared_http_client_held() -> AsyncIterator[None]:
         _HOLDERS[loop] -= 1
         if not _HOLDERS[loop]:
             with _HTTP_LOCK:
-                http = _HTTP_BY_LOOP.pop(loop, None)
-            if http is not None:
-                with contextlib.suppress(Exception):
-                    await http.aclose()
+                _HTTP_BY_LOOP.pop(loop, None)
+                closer = _CLOSERS.pop(loop, None)
+            if closer is not None:  # it closes the client (see _closed_with_loop)
+                await closer.aclose()
 
 
 def _prepare_http_client() -> None:
