@@ -150,6 +150,21 @@ async def keep_history(runtime, workflow_id: str, name: str):
     return history
 
 
+def note_rpcs(monkeypatch, service, *names: str) -> list[tuple[str, object]]:
+    """Every call of ``service``'s RPCs ``names`` from now on, as (name, request) in order:
+    the real RPCs are made, each noted first."""
+    calls: list[tuple[str, object]] = []
+    for name in names:
+        real = getattr(service, name)
+
+        async def call(*args, _name=name, _real=real, **options):
+            calls.append((_name, args[0] if args else None))
+            return await _real(*args, **options)
+
+        monkeypatch.setattr(service, name, call)
+    return calls
+
+
 def by_agent(**handlers):
     """A fake-provider handler for several agents: each request goes to the handler (a
     ``Script`` or any function of the request) of the agent whose system prompt says

@@ -9,20 +9,14 @@ from temporalio.client import Client
 
 from agent_lattice.worker._server_wait import FRESH_S, _checks
 
+from conftest import note_rpcs
 from forwarder import Forwarder
 
 
-async def test_activities_ending_together_share_one_health_check(lattice_server):
+async def test_activities_ending_together_share_one_health_check(lattice_server, monkeypatch):
     client = await Client.connect(lattice_server)
     service = client.service_client
-    sent: list[float] = []
-    real = service.check_health
-
-    async def counted(**options):  # the real RPC, counted
-        sent.append(asyncio.get_running_loop().time())
-        return await real(**options)
-
-    service.check_health = counted  # type: ignore[method-assign]
+    sent = note_rpcs(monkeypatch, service, "check_health")
     checks = _checks(service)
     assert all(await asyncio.gather(*(checks.answers(service) for _ in range(20))))
     assert len(sent) == 1

@@ -12,7 +12,7 @@ from agent_lattice._session import Session
 from agent_lattice._transcripts import SqliteTranscriptStore
 from agent_lattice.testing import collect, text
 
-from conftest import API_KEY
+from conftest import API_KEY, note_rpcs
 
 
 def _msg(role: Literal["user", "assistant"], text: str) -> ModelMessage:
@@ -108,18 +108,15 @@ async def test_a_session_made_here_is_not_looked_up_on_the_server(
     trip for them); an agent given a session_id is looked up, to resume it."""
     fake_anthropic.set_handler(lambda r: text("hello"))
     service = lattice_runtime.client.workflow_service
-    asked: list[str] = []
-    real = service.describe_workflow_execution
+    calls = note_rpcs(monkeypatch, service, "describe_workflow_execution")
 
-    async def counted(req, **options):  # the real RPC, noted
-        asked.append(req.execution.workflow_id)
-        return await real(req, **options)
+    def asked() -> list[str]:
+        return [req.execution.workflow_id for _, req in calls]
 
-    monkeypatch.setattr(service, "describe_workflow_execution", counted)
     fresh = make_agent(name="fresh")
     assert (await fresh.prompt("Hi.")).result == "hello"
-    assert asked == []
+    assert asked() == []
     given = f"s{fresh.session_id[:8]}"
     named = make_agent(name="named", session_id=given)
     assert (await named.prompt("Hi.")).result == "hello"
-    assert asked == [f"named-{given}-1"]  # no earlier query: a new session after all
+    assert asked() == [f"named-{given}-1"]  # no earlier query: a new session after all

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
 from temporalio.api.history.v1 import History
 
 from agent_lattice import ResultMessage
 from agent_lattice.testing import RecordedRequest, Reply, collect, text, tool_use
 from agent_lattice.workflows._refs import workflow_id_for
 
-from conftest import make_calculator
+from conftest import make_calculator, note_rpcs
 
 SHORT, LONG = 1, 4
 
@@ -113,23 +113,16 @@ async def test_a_query_asks_the_server_for_its_run_once(
     no lookup of a session made here (tests/test_session.py)."""
     fake_anthropic.set_handler(turns_of)
     service = lattice_runtime.client.workflow_service
-    asked: list[str] = []
-
-    def counted(name: str):
-        real = getattr(service, name)
-
-        async def call(req, **options):  # the real RPC, noted
-            if name == "describe_workflow_execution":
-                asked.append("describe")
-            elif req.history_event_filter_type == 2:  # HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT
-                asked.append("close poll")
-            return await real(req, **options)
-
-        monkeypatch.setattr(service, name, call)
-
-    counted("describe_workflow_execution")
-    counted("get_workflow_execution_history")
+    calls = note_rpcs(
+        monkeypatch, service, "describe_workflow_execution", "get_workflow_execution_history"
+    )
     await counts_of(make_agent, mode, SHORT)
+    close = HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT
+    asked = [
+        "describe" if name == "describe_workflow_execution" else "close poll"
+        for name, req in calls
+        if name == "describe_workflow_execution" or req.history_event_filter_type == close
+    ]
     # query()'s reader learns once whether the run is still running (it may read a closed one
     # from its record); the counts' own fetch_history asks for every event, not the close
     expected = ["close poll"] if mode == "prompt" else ["describe", "close poll"]
