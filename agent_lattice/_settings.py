@@ -29,6 +29,7 @@ __all__ = [
     "stream_host",
     "task_queue_prefix",
     "temporal_bin",
+    "transcript_cache_mb",
     "transcript_dsn",
     "use_encryption_keys_file",
 ]
@@ -105,6 +106,21 @@ def otel() -> bool:
     """``LATTICE_OTEL``: trace queries with OpenTelemetry, exported over OTLP (``1``/``true``/
     ``yes`` turn it on; the ``OTEL_*`` variables say where to)."""
     return os.environ.get("LATTICE_OTEL", "").strip().lower() in ("1", "true", "yes")
+
+
+def transcript_cache_mb() -> float:
+    """``LATTICE_TRANSCRIPT_CACHE_MB`` (default 64): how much transcript (in MB of JSON) a
+    process keeps in memory, so that a running conversation's next model request reads none."""
+    raw = os.environ.get("LATTICE_TRANSCRIPT_CACHE_MB", "64").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise ConfigurationError(
+            f"LATTICE_TRANSCRIPT_CACHE_MB={raw!r} is not a number of megabytes >= 0"
+        )
+    return value
 
 
 def park_after() -> float | None:

@@ -54,27 +54,60 @@ def _message_json(message: ModelMessage) -> str:
     )
 
 
+class _Cache:
+    """Recently used transcripts by head, least recently used out first, bounded by their
+    JSON size (``LATTICE_TRANSCRIPT_CACHE_MB``) rather than by count: every running
+    conversation of a worker should stay in it, however many run at once, or each model request
+    reads and validates its whole transcript again (O(turns) per request)."""
+
+    def __init__(self, limit_mb: float) -> None:
+        self.limit = int(limit_mb * 2**20)
+        self.size = 0
+        self._entries: OrderedDict[str, tuple[tuple[ModelMessage, ...], int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, head: str) -> tuple[ModelMessage, ...] | None:
+        entry = self._entries.get(head)
+        if entry is None:
+            return None
+        self._entries.move_to_end(head)
+        return entry[0]
+
+    def take(self, head: str) -> tuple[tuple[ModelMessage, ...], int] | None:
+        """Remove and return a transcript being extended: a conversation moves on from its
+        head, and a prefix of a cached transcript would count its messages twice."""
+        entry = self._entries.pop(head, None)
+        if entry is not None:
+            self.size -= entry[1]
+        return entry
+
+    def put(self, head: str, messages: tuple[ModelMessage, ...], size: int) -> None:
+        old = self._entries.pop(head, None)
+        if old is not None:
+            self.size -= old[1]
+        if size > self.limit:
+            return
+        self._entries[head] = (messages, size)
+        self.size += size
+        while self.size > self.limit:
+            self.size -= self._entries.popitem(last=False)[1][1]
+
+
 class TranscriptStore:
     """Content-addressed messages and blobs. Subclasses provide the four primitives.
 
     Transcripts are immutable (a head names its content), so recently used ones are kept in
-    memory: the next turn's transcript is the cached one plus what was appended, with no read.
+    memory (:class:`_Cache`): the next turn's transcript is the cached one plus what was
+    appended, with no read.
     """
 
-    CACHED_TRANSCRIPTS = 32
-
-    def _cache(self) -> OrderedDict[str, tuple[ModelMessage, ...]]:
+    def _cache(self) -> _Cache:
         cache = self.__dict__.get("_transcripts")
         if cache is None:
-            cache = self.__dict__["_transcripts"] = OrderedDict()
+            cache = self.__dict__["_transcripts"] = _Cache(_settings.transcript_cache_mb())
         return cache
-
-    def _remember(self, head: str, messages: tuple[ModelMessage, ...]) -> None:
-        cache = self._cache()
-        cache[head] = messages
-        cache.move_to_end(head)
-        while len(cache) > self.CACHED_TRANSCRIPTS:
-            cache.popitem(last=False)
 
     async def append(self, head: str | None, messages: Sequence[ModelMessage]) -> str | None:
         """Store ``messages`` after ``head``; returns the new head (``head`` if none)."""
@@ -88,10 +121,12 @@ class TranscriptStore:
             head = new_head
         if links:
             await asyncio.to_thread(self._put_links, links)
-            before = () if start is None else self._cache().get(start)
+            cache = self._cache()
+            before = cache.take(start) if start is not None else ((), 0)
             if before is not None and head is not None:
                 copies = tuple(ModelMessage.model_validate_json(body) for *_, body in links)
-                self._remember(head, (*before, *copies))
+                added = sum(len(body) for *_, body in links)
+                cache.put(head, (*before[0], *copies), before[1] + added)
         return head
 
     async def messages(self, head: str | None, *, copies: bool = True) -> list[ModelMessage]:
@@ -100,13 +135,14 @@ class TranscriptStore:
         as a deep copy costs O(turns) per request)."""
         if head is None:
             return []
-        cached = self._cache().get(head)
+        cache = self._cache()
+        cached = cache.get(head)
         if cached is None:
             bodies = await asyncio.to_thread(self._chain, head)
             if bodies is None:
                 raise TranscriptMissing(_missing("transcript", head))
             cached = tuple(ModelMessage.model_validate_json(b) for b in bodies)
-            self._remember(head, cached)
+            cache.put(head, cached, sum(len(b) for b in bodies))
         return [m.model_copy(deep=True) for m in cached] if copies else list(cached)
 
     async def put_blob(self, data: str) -> str:

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from agent_lattice import ToolResult, ToolResultBlock, UserMessage, tool
+from agent_lattice import ConfigurationError, ToolResult, ToolResultBlock, UserMessage, tool
+from agent_lattice._messages import ModelMessage
 from agent_lattice._transcripts import (
     PostgresTranscriptStore,
     SqliteTranscriptStore,
@@ -174,3 +175,51 @@ async def test_tool_call_records_keep_the_first_result(kind, tmp_path, request):
     await store.tool_call_started(key)
     assert await store.tool_call(key) == (True, '{"content": "first"}')
     assert await store.tool_call(f"{key}x") == (False, None)
+
+
+class _CountingStore(SqliteTranscriptStore):
+    """Counts the transcripts it reads back from its database."""
+
+    reads = 0
+
+    def _chain(self, head: str) -> list[str] | None:
+        self.reads += 1
+        return super()._chain(head)
+
+
+async def test_a_worker_keeps_every_running_conversation_in_memory(tmp_path):
+    """200 conversations moving turn by turn, interleaved (a worker's model requests): each
+    next request's transcript comes from memory, none is read back and validated again."""
+    store = _CountingStore(tmp_path / "t.db")
+    heads: list[str | None] = [None] * 200
+    for turn in range(4):
+        for i in range(len(heads)):
+            said = ModelMessage(role="user", content=f"conversation {i} turn {turn}")
+            heads[i] = await store.append(heads[i], [said])
+            messages = await store.messages(heads[i], copies=False)
+            assert [m.content for m in messages][-1] == said.content
+            assert len(messages) == turn + 1
+    assert store.reads == 0
+
+
+async def test_the_transcript_cache_is_bounded_by_size(tmp_path, monkeypatch):
+    """LATTICE_TRANSCRIPT_CACHE_MB bounds it: past the bound the least recently used goes
+    (and is read back, whole, when asked for); a bad value is refused by name."""
+    monkeypatch.setenv("LATTICE_TRANSCRIPT_CACHE_MB", str(3000 / 2**20))  # ~3,000 B of JSON
+    store = _CountingStore(tmp_path / "t.db")
+    first = await store.append(None, [ModelMessage(role="user", content="a" * 1000)])
+    second = await store.append(None, [ModelMessage(role="user", content="b" * 1000)])
+    assert [m.content for m in await store.messages(first)] == ["a" * 1000]
+    assert store.reads == 0  # both fit; reading the first makes the second the oldest
+    third = await store.append(None, [ModelMessage(role="user", content="c" * 1000)])
+    await store.messages(first)
+    await store.messages(third)
+    assert store.reads == 0
+    assert [m.content for m in await store.messages(second)] == ["b" * 1000]
+    assert store.reads == 1  # evicted, read back from the database
+    huge = await store.append(None, [ModelMessage(role="user", content="d" * 5000)])  # > bound
+    assert [m.content for m in await store.messages(huge)] == ["d" * 5000]
+    assert store.reads == 2
+    monkeypatch.setenv("LATTICE_TRANSCRIPT_CACHE_MB", "lots")
+    with pytest.raises(ConfigurationError, match="LATTICE_TRANSCRIPT_CACHE_MB='lots'"):
+        await SqliteTranscriptStore(tmp_path / "u.db").messages(first)
