@@ -41,6 +41,7 @@ async def bench(turns: int, repeat: int) -> None:
         variants: dict[str, Once] = {
             "bare 2 activities": bare_variant(runtime.client),
             "prompt()": lattice_variant(runtime, base_url, streaming=False),
+            "query()": lattice_variant(runtime, base_url, streaming=True),
         }
         try:
             from pydantic_ai.durable_exec.temporal import PydanticAIPlugin

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from agent_lattice import SystemMessage
-from agent_lattice._messages import StreamEventMessage
-from agent_lattice.client._merge import Live, Merge
+from agent_lattice._messages import AgentMessageEvent, StreamEventMessage
+from agent_lattice.client._merge import Live, Merge, Nested
 
 N = 200
 
@@ -60,3 +60,39 @@ async def test_a_live_event_waits_for_the_durable_messages_before_its_request():
     assert merge.delivered() == []
     assert merge.flush() == [_live(4)]
     assert merge.flush() == []
+
+
+def _nested(i: int) -> Nested:
+    return Nested(
+        AgentMessageEvent(
+            team="t", member="m", workflow_id="w", session_id="s", message=_durable(i)
+        )
+    )
+
+
+async def test_the_result_waits_for_members_on_their_way_and_for_nothing_else():
+    """After the lead's result, the members' messages still on their way come first, until
+    the last member's reader ends; with no member the result comes at once (no wait of any
+    length: the loop is not given a turn)."""
+    merge = Merge()
+    drained = [e async for e in merge.rest_of([])]
+    assert drained == []
+    # the same, where a wait would lose its turn to the cancel at the next loop iteration
+    async with asyncio.timeout(0):
+        assert [e async for e in merge.rest_of([])] == []
+
+    go = asyncio.Event()
+
+    async def member(first: int) -> None:
+        await go.wait()
+        for i in range(first, first + 3):
+            await merge.put(_nested(i))
+            await asyncio.sleep(0)
+
+    members = [asyncio.create_task(member(0)), asyncio.create_task(member(10))]
+    await merge.put(_nested(99))  # already queued when the result arrived
+    later = asyncio.get_running_loop().call_later(0.05, go.set)
+    got = [e.message.session_id async for e in merge.rest_of(members, within=30)]  # type: ignore[union-attr]
+    later.cancel()
+    assert all(t.done() for t in members)
+    assert got[0] == "d99" and sorted(got[1:]) == sorted(f"d{i}" for i in (0, 1, 2, 10, 11, 12))

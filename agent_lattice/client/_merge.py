@@ -126,16 +126,29 @@ class Merge:
     async def rest_of(
         self, members: list[asyncio.Task[None]], within: float = 30.0
     ) -> AsyncIterator[AgentMessageEvent | TeamMessageEvent | TeamAgentEvent]:
-        """The member messages still on their way when the lead's result arrives."""
+        """The member messages still on their way when the lead's result arrives: until every
+        member's reader ended and what they put is taken (at once when there are none)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
-        while loop.time() < deadline:
-            try:
-                item = await asyncio.wait_for(self._queue.get(), 0.05)
-            except TimeoutError:
-                if all(t.done() for t in members):
-                    break
-                continue
+        while True:
+            running = [t for t in members if not t.done()]
+            if self._queue.empty():
+                left = deadline - loop.time()
+                if not running or left <= 0:
+                    return
+                getter = asyncio.ensure_future(self._queue.get())
+                try:
+                    await asyncio.wait(
+                        [getter, *running], timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    if not getter.done():  # a member ended (or time is up): nothing taken
+                        getter.cancel()
+                if not getter.done() or getter.cancelled():
+                    continue
+                item = getter.result()
+            else:
+                item = self._queue.get_nowait()
             if isinstance(item, Nested):
                 yield item.event
 
