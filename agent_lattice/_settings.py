@@ -112,14 +112,17 @@ def transcript_cache_mb() -> float:
     """``LATTICE_TRANSCRIPT_CACHE_MB`` (default 64): how much transcript (in MB of JSON) a
     process keeps in memory, so that a running conversation's next model request reads none."""
     raw = os.environ.get("LATTICE_TRANSCRIPT_CACHE_MB", "64").strip()
+    return _at_least_zero("LATTICE_TRANSCRIPT_CACHE_MB", raw, "a number of megabytes >= 0")
+
+
+def _at_least_zero(name: str, raw: str, what: str) -> float:
+    """``raw`` as a number >= 0, else a ConfigurationError saying ``name`` is not ``what``."""
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not value >= 0:
-        raise ConfigurationError(
-            f"LATTICE_TRANSCRIPT_CACHE_MB={raw!r} is not a number of megabytes >= 0"
-        )
+    if not value >= 0:  # NaN too
+        raise ConfigurationError(f"{name}={raw!r} is not {what}")
     return value
 
 
@@ -131,15 +134,7 @@ def park_after() -> float | None:
         return None
     if raw in ("off", "never"):
         return math.inf
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # NaN too
-        raise ConfigurationError(
-            f"LATTICE_PARK_AFTER={raw!r} is not a number of seconds >= 0 (or 'off')"
-        )
-    return value
+    return _at_least_zero("LATTICE_PARK_AFTER", raw, "a number of seconds >= 0 (or 'off')")
 
 
 def commit_notices() -> bool:

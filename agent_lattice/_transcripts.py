@@ -65,9 +65,6 @@ class _Cache:
         self.size = 0
         self._entries: OrderedDict[str, tuple[tuple[ModelMessage, ...], int]] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def get(self, head: str) -> tuple[ModelMessage, ...] | None:
         entry = self._entries.get(head)
         if entry is None:

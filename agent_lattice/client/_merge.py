@@ -141,10 +141,11 @@ class Merge:
                     await asyncio.wait(
                         [getter, *running], timeout=left, return_when=asyncio.FIRST_COMPLETED
                     )
-                finally:
-                    if not getter.done():  # a member ended (or time is up): nothing taken
-                        getter.cancel()
-                if not getter.done() or getter.cancelled():
+                except BaseException:
+                    getter.cancel()
+                    raise
+                if not getter.done():  # a member ended (or time is up): nothing taken
+                    getter.cancel()
                     continue
                 item = getter.result()
             else:
