@@ -108,6 +108,13 @@ class TranscriptStore:
 
     async def append(self, head: str | None, messages: Sequence[ModelMessage]) -> str | None:
         """Store ``messages`` after ``head``; returns the new head (``head`` if none)."""
+        heads = await self.append_each(head, messages)
+        return heads[-1] if heads else head
+
+    async def append_each(
+        self, head: str | None, messages: Sequence[ModelMessage]
+    ) -> list[str | None]:
+        """Store ``messages`` after ``head`` in one write; the head after each of them."""
         links: list[tuple[str, str | None, str, str]] = []
         start = head
         for message in messages:
@@ -124,7 +131,7 @@ class TranscriptStore:
                 copies = tuple(ModelMessage.model_validate_json(body) for *_, body in links)
                 added = sum(len(body) for *_, body in links)
                 cache.put(head, (*before[0], *copies), before[1] + added)
-        return head
+        return [link[0] for link in links]
 
     async def messages(self, head: str | None, *, copies: bool = True) -> list[ModelMessage]:
         """Every message up to and including ``head``, oldest first (copies: yours to change;

@@ -10,12 +10,14 @@ counted. ``bench/peer.py`` measures what the counts cost in time and CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
 from temporalio.api.history.v1 import History
 
 from agent_lattice import ResultMessage
+from agent_lattice._transcripts import PostgresTranscriptStore, SqliteTranscriptStore
 from agent_lattice.testing import RecordedRequest, Reply, collect, text, tool_use
 from agent_lattice.workflows._refs import workflow_id_for
 
@@ -33,13 +35,16 @@ class Budget:
     activities: int
     updates: int
     kib: float
+    store_writes: int
 
 
 # A tool turn: a workflow task and an activity (scheduled, started, completed) for the model
 # request, the same for the tool call (12 events). The search attributes' tokens and cost are
 # upserted at a turn ActivitySettings.index_every_s (30 s) after their last upsert, not at these.
 # Streaming costs nothing in history: query()'s reader of the durable messages writes none.
-TURN = Budget(events=12, workflow_tasks=2, activities=2, updates=0, kib=4.5)
+# The transcript store (a database round trip each, over the network with Postgres): the model
+# request writes the tool results it sends and its reply at once, the tool call its record.
+TURN = Budget(events=12, workflow_tasks=2, activities=2, updates=0, kib=4.5, store_writes=2)
 BUDGETS = {"prompt": TURN, "query": TURN}
 
 
@@ -50,6 +55,7 @@ class Counts:
     activities: int
     updates: int
     bytes: int
+    store_writes: int
 
 
 def turns_of(request: RecordedRequest) -> Reply:
@@ -59,9 +65,27 @@ def turns_of(request: RecordedRequest) -> Reply:
     return tool_use("calculator", {"expr": "1+1"}) if done < wanted else text("done")
 
 
-async def counts_of(make_agent, mode: str, tool_turns: int) -> Counts:
+def count_store_writes(monkeypatch) -> list[str]:
+    """The transcript store's writes made in this process (the test's workers run here)."""
+    writes: list[str] = []
+
+    def counting(name: str, real: Any) -> Any:
+        def counted(self: Any, *args: Any) -> Any:
+            writes.append(name)
+            return real(self, *args)
+
+        return counted
+
+    for cls in (SqliteTranscriptStore, PostgresTranscriptStore):
+        for name in ("_put_links", "_put_blob", "_put_tool_call"):
+            monkeypatch.setattr(cls, name, counting(name, getattr(cls, name)))
+    return writes
+
+
+async def counts_of(make_agent, mode: str, tool_turns: int, writes: list[str]) -> Counts:
     agent = make_agent(name=f"budget-{mode}", tools=[make_calculator()])
     prompt = f"turns={tool_turns}"
+    writes_before = len(writes)
     if mode == "prompt":
         result = await agent.prompt(prompt)
     else:
@@ -77,14 +101,18 @@ async def counts_of(make_agent, mode: str, tool_turns: int) -> Counts:
         activities=kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),
         updates=kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED),
         bytes=History(events=events).ByteSize(),
+        store_writes=len(writes) - writes_before,
     )
 
 
 @pytest.mark.parametrize("mode", ["prompt", "query"])
-async def test_a_tool_turn_stays_within_its_round_trip_budget(make_agent, fake_anthropic, mode):
+async def test_a_tool_turn_stays_within_its_round_trip_budget(
+    make_agent, fake_anthropic, monkeypatch, mode
+):
     fake_anthropic.set_handler(turns_of)
-    short = await counts_of(make_agent, mode, SHORT)
-    long = await counts_of(make_agent, mode, LONG)
+    writes = count_store_writes(monkeypatch)
+    short = await counts_of(make_agent, mode, SHORT, writes)
+    long = await counts_of(make_agent, mode, LONG, writes)
     span = LONG - SHORT
 
     def per_turn(name: str) -> float:
@@ -97,6 +125,7 @@ async def test_a_tool_turn_stays_within_its_round_trip_budget(make_agent, fake_a
         "activities": per_turn("activities"),
         "updates": per_turn("updates"),
         "kib": per_turn("bytes") / 1024,
+        "store_writes": per_turn("store_writes"),
     }
     over = {k: v for k, v in figures.items() if v > getattr(budget, k)}
     assert not over, f"{mode}() per tool turn {figures} exceeds its budget {budget}"
@@ -116,7 +145,7 @@ async def test_a_query_asks_the_server_for_its_run_once(
     calls = note_rpcs(
         monkeypatch, service, "describe_workflow_execution", "get_workflow_execution_history"
     )
-    await counts_of(make_agent, mode, SHORT)
+    await counts_of(make_agent, mode, SHORT, [])
     close = HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT
     asked = [
         "describe" if name == "describe_workflow_execution" else "close poll"

@@ -51,13 +51,15 @@ class ActivitiesBase:
 
     async def _transcript(
         self, head: str | None, unsent: list[ModelMessage], *, copies: bool = True
-    ) -> tuple[str | None, list[ModelMessage]]:
-        """Store the unsent messages after ``head``; the new head and the whole transcript
-        (``copies=False``: shared with the store's cache, to be read only)."""
+    ) -> list[ModelMessage]:
+        """The whole transcript: the messages up to ``head`` and the unsent ones after them
+        (not stored here: the caller stores them with what it adds, in one write).
+        ``copies=False``: shared with the store's cache and the input, to be read only."""
         store = self._transcripts
         try:
-            head = await store.append(head, unsent)
-            return head, await hydrate(await store.messages(head, copies=copies), store)
+            stored = await store.messages(head, copies=copies)
+            after = [m.model_copy(deep=True) for m in unsent] if copies else unsent
+            return await hydrate([*stored, *after], store)
         except TranscriptMissing as err:
             raise ApplicationError(
                 str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True

@@ -47,9 +47,7 @@ class ModelActivities(ActivitiesBase):
             and not tracer.enabled
             and getattr(agent.model_client, "reads_messages_only", False) is True
         )
-        request_head, transcript = await self._transcript(
-            input.head, input.unsent, copies=not shared
-        )
+        transcript = await self._transcript(input.head, input.unsent, copies=not shared)
         shaped = ModelRequestContext(
             messages=transcript,
             system_prompt=_system_prompt(agent),
@@ -103,10 +101,12 @@ class ModelActivities(ActivitiesBase):
             rejection = await evaluate_batch_policy(
                 config.tool_batch_policy, BatchPolicyRequest(calls)
             )
-        reply_head = await self._transcripts.append(request_head, [message])
+        # the request's unsent messages and the reply in one write (none before the call: a
+        # failed request stores nothing, and its retry has the same input)
+        heads = await self._transcripts.append_each(input.head, [*input.unsent, message])
         return ModelCallOutput(
-            request_head=request_head,
-            head=reply_head,
+            request_head=heads[-2] if len(heads) > 1 else input.head,
+            head=heads[-1],
             message=message,
             concurrency_safe=_concurrency_safe(agent, message),
             batch_rejection=rejection,
@@ -119,7 +119,7 @@ class ModelActivities(ActivitiesBase):
         step: the workflow records the outcome, so a crash never compacts twice)."""
         agent = self._agent(input.agent_key, input.session_id)
         config = agent.config
-        _, transcript = await self._transcript(input.head, input.unsent)
+        transcript = await self._transcript(input.head, input.unsent)
         cut = cut_point(transcript, input.keep_recent_messages)
         if cut is None:
             return CompactOutput()
