@@ -1,5 +1,7 @@
 """The built-in Anthropic client on the wire: what a streamed request sends and how the
-events it gets back become the reply (agent_lattice/providers/_anthropic.py)."""
+events it gets back become the reply (agent_lattice/providers/_anthropic.py). Each test runs
+both ways the client sends a streamed request: its own post (no OpenTelemetry) and the SDK's
+``messages.create`` (a process that traces: the SDK's span of the call)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from agent_lattice._messages import ModelMessage
 from agent_lattice._tools import ToolSpec
-from agent_lattice.providers import ModelRequest, ProviderError
+from agent_lattice.providers import ModelRequest, ProviderError, _anthropic
 from agent_lattice.providers._anthropic import AnthropicModelClient
 from agent_lattice.testing import (
     FakeAnthropicServer,
@@ -21,6 +23,14 @@ from agent_lattice.testing import (
     text_block,
     tool_use_block,
 )
+
+
+@pytest.fixture(autouse=True, params=["posted", "sdk-traced"])
+def way(request, monkeypatch) -> str:
+    traced = request.param == "sdk-traced"
+    monkeypatch.setattr(_anthropic, "_sdk_traces", lambda: traced)
+    return request.param
+
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": ["string", "null"]}}}
 

@@ -277,6 +277,13 @@ def test_one_query_is_one_trace_across_processes(otlp, env, start_worker, fake_a
     assert all(s["parent_id"] in by_id for s in spans if s["parent_id"] is not None)
     assert {s["service"] for s in spans} == {"lattice-client", "lattice-worker"}
 
+    # the anthropic SDK's own span of each model request, inside its chat span, and the
+    # request carries the trace on to the provider
+    calls = [s for s in spans if s["name"] == "anthropic.messages.create"]
+    assert len(calls) == 4 and all(
+        by_id[c["parent_id"]]["name"] == "chat claude-test" for c in calls
+    )
+    assert all("traceparent" in r.headers for r in fake_anthropic.requests)
     chats = {s["attributes"]["gen_ai.agent.name"]: s for s in spans if s["name"].startswith("chat")}
     runs = {
         agent: next(a for a in ancestors(chat, by_id) if a["name"].startswith("RunWorkflow"))

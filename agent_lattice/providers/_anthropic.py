@@ -217,8 +217,9 @@ class AnthropicModelClient:
         encoded once from the dicts ``params()`` already built, and the events are the SSE
         data as parsed. Everything else stays the SDK's: the client's headers and key, the
         SSE decoding, an ``error`` event raised as ``APIStatusError``, timeouts and
-        connection errors. What this leaves out: the SDK's own span of the call (the model
-        activity records its own ``gen_ai`` span) and its warning about a deprecated model.
+        connection errors. What it leaves out: the SDK's span of the call, which exists only
+        with OpenTelemetry installed (then ``messages.create`` sends the request, see
+        ``_sdk_traces``), and the SDK's warning about a deprecated model.
         """
         from anthropic import AsyncStream
 
@@ -245,7 +246,10 @@ class AnthropicModelClient:
         params = self.params(request)
         try:
             if request.stream:
-                stream = await self._post_streamed(params)
+                if _sdk_traces():  # its span of the call, with the request's trace context
+                    stream = await self._sdk().messages.create(**params, stream=True)
+                else:
+                    stream = await self._post_streamed(params)
                 async with stream:
                     final = await _read_stream(stream, on_event)
             else:
@@ -278,8 +282,7 @@ async def _read_stream(stream: Any, on_event: EventSink | None) -> dict[str, Any
     message: dict[str, Any] = {}
     json_bufs: dict[int, str] = {}
     async for event in stream:
-        # an event that is no JSON object is none of the Messages API's: {} is skipped
-        data: dict[str, Any] = _without_none(event) if isinstance(event, dict) else {}
+        data = _event_dict(event)
         kind = data.get("type")
         if on_event is not None and kind in _RAW_EVENTS:
             await on_event(data)
@@ -317,6 +320,27 @@ async def _read_stream(stream: Any, on_event: EventSink | None) -> dict[str, Any
     for index, text in json_bufs.items():  # a stream that ended inside a block
         _set_input(message["content"][index], text)
     return message
+
+
+def _sdk_traces() -> bool:
+    """Whether the SDK traces its calls: a process with an OpenTelemetry tracer provider set
+    (``otel=True`` sets one) gets the SDK's ``anthropic.messages.create`` span inside the
+    model request's ``chat`` span, and its trace context sent to the provider."""
+    try:
+        from opentelemetry import trace
+    except ImportError:  # the SDK itself imports it; without it, it has no spans
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def _event_dict(event: Any) -> dict[str, Any]:
+    """One streamed event as a wire-format dict, without null fields."""
+    if isinstance(event, dict):  # the SSE data as parsed (_post_streamed)
+        return _without_none(event)
+    if hasattr(event, "model_dump"):  # the SDK's event model (a traced request)
+        return event.model_dump(mode="json", exclude_none=True)
+    return {}  # no JSON object: none of the Messages API's events, skipped
 
 
 def _without_none(data: dict[str, Any]) -> dict[str, Any]:
