@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -137,6 +138,20 @@ def _accepting(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+async def connected(address: str, **options: Any) -> Client:
+    """``Client.connect`` to a server just started: it accepts connections a moment before
+    its frontend serves ("Frontend is not healthy yet"), longer on a loaded machine. (The
+    library's own connect waits the same way: client/_reconnect.py.)"""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return await Client.connect(address, **options)
+        except RuntimeError as err:
+            if "not healthy yet" not in str(err) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)
+
+
 async def healthy(client: Client) -> None:
     """The server's frontend answers: a (re)started server accepts connections a moment
     before it serves ("Frontend is not healthy yet"), longer on a loaded machine."""
@@ -169,7 +184,7 @@ def lingering_sockets(port: int) -> int:
 async def test_killed_server_comes_back_on_its_ports(home: Path, capfd) -> None:
     server, started = await asyncio.to_thread(DevServer.ensure, home, port=0)
     assert started and server.ui_port
-    client = await Client.connect(server.address)
+    client = await connected(server.address)
     await healthy(client)
     # Killed with clients connected, the server closes first: its end of each connection
     # lingers in TIME-WAIT on the port (made sure of with a plain connection closed after it)
@@ -309,7 +324,7 @@ async def test_core_retries_of_a_lost_server_print_nothing(home: Path, capfd) ->
     # line per try (on stdout, which `lattice run --json` keeps for messages). Polls cannot be
     # configured, so a client call with the same unlimited retries stands in for them.
     server, _ = await asyncio.to_thread(DevServer.ensure, home, port=0, ui=False)
-    client = await Client.connect(
+    client = await connected(
         server.address,
         runtime=temporal_runtime(),
         retry_config=RetryConfig(
