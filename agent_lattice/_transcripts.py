@@ -20,12 +20,13 @@ workers run on several hosts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ class TranscriptStore:
             links.append((new_head, head, chunk, body))
             head = new_head
         if links:
-            await asyncio.to_thread(self._put_links, links)
+            await self._write(self._put_links, links)
             cache = self._cache()
             before = cache.take(start) if start is not None else ((), 0)
             if before is not None and head is not None:
@@ -151,7 +152,7 @@ class TranscriptStore:
 
     async def put_blob(self, data: str) -> str:
         ref = _digest(data)
-        await asyncio.to_thread(self._put_blob, ref, data)
+        await self._write(self._put_blob, ref, data)
         return ref
 
     async def get_blob(self, ref: str) -> str:
@@ -167,11 +168,11 @@ class TranscriptStore:
         return (row is not None, row[0] if row else None)
 
     async def tool_call_started(self, key: str) -> None:
-        await asyncio.to_thread(self._put_tool_call, key, None)
+        await self._write(self._put_tool_call, key, None)
 
     async def tool_call_finished(self, key: str, result: str) -> None:
         """Record a call's result; the first one recorded stays (a late attempt changes nothing)."""
-        await asyncio.to_thread(self._put_tool_call, key, result)
+        await self._write(self._put_tool_call, key, result)
 
     async def externalize(self, block: ToolResultBlock) -> ToolResultBlock:
         """A large result as a reference with a short preview; small ones unchanged."""
@@ -184,6 +185,10 @@ class TranscriptStore:
         return block.model_copy(update={"content": preview, "content_ref": ref})
 
     # primitives ------------------------------------------------------------------------------
+
+    async def _write(self, put: Callable[..., None], *args: Any) -> None:
+        """Run the write primitive ``put`` without blocking the event loop (in a thread)."""
+        await asyncio.to_thread(put, *args)
 
     def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
         raise NotImplementedError
@@ -239,6 +244,11 @@ _PUT_TOOL_CALL_SQL = (
 )
 
 
+# every so many writes of a process go through a thread whose connection checkpoints the WAL
+# (SQLite's auto-checkpoint, at 1,000 pages); the others are tried on the loop's thread
+_CHECKPOINT_EVERY = 64
+
+
 class SqliteTranscriptStore(TranscriptStore):
     """The embedded default: one SQLite file (WAL) shared by the processes of a machine."""
 
@@ -250,6 +260,7 @@ class SqliteTranscriptStore(TranscriptStore):
         # thread waiting on this lock wakes as soon as it is free. (Other processes on the
         # file still meet the busy handler.)
         self._writing = threading.Lock()
+        self._inline_writes = 0
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(
@@ -262,18 +273,59 @@ class SqliteTranscriptStore(TranscriptStore):
                 )
             )
 
-    def _connect(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
+    def _connect(self, name: str = "db") -> sqlite3.Connection:
+        """This thread's connection: ``db`` waits for the file's other writers (30 s) and
+        checkpoints the WAL; ``inline_db`` (``_write``'s) never waits and never checkpoints."""
+        db = getattr(self._local, name, None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            inline = name == "inline_db"
+            db = sqlite3.connect(self.path, timeout=0 if inline else 30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            self._local.db = db
+            if inline:
+                db.execute("PRAGMA wal_autocheckpoint=0")
+            setattr(self._local, name, db)
         return db
 
+    async def _write(self, put: Callable[..., None], *args: Any) -> None:
+        """Run ``put`` on the event loop's thread when SQLite takes it at once, else in a thread.
+
+        An uncontended write to the WAL file (no fsync: ``synchronous=NORMAL``) takes ~0.1 ms,
+        and the hop to a thread and back cost more than the write: 0.4-0.6 ms of a model
+        request's and a tool call's time in a busy worker (bench/README.md, ninth round). So a
+        write is first tried here on a connection that never waits (busy timeout 0) and never
+        checkpoints (a checkpoint syncs the database file): a write that would wait, on this
+        process's other writers or another process's, goes to a thread as before, and so does
+        every ``_CHECKPOINT_EVERY``-th write, whose connection checkpoints the WAL once it grew
+        past SQLite's threshold.
+        """
+        self._inline_writes += 1
+        if self._inline_writes % _CHECKPOINT_EVERY and self._writing.acquire(blocking=False):
+            try:
+                self._local.inline = self._connect("inline_db")
+                put(*args)
+                return
+            except sqlite3.OperationalError as err:
+                if err.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+            finally:
+                self._local.inline = None
+                self._writing.release()
+        await asyncio.to_thread(put, *args)
+
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[sqlite3.Connection]:
+        """The connection a write primitive uses: ``_write``'s on the loop's thread (it holds
+        the lock), else this thread's, taking turns on the lock."""
+        inline = getattr(self._local, "inline", None)
+        if inline is not None:
+            yield inline
+            return
+        with self._writing:
+            yield self._connect()
+
     def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
-        db = self._connect()
-        with self._writing, db:
+        with self._writer() as db, db:
             db.execute("BEGIN")
             db.executemany(
                 "INSERT OR IGNORE INTO lattice_chunks (hash, body) VALUES (?, ?)",
@@ -289,8 +341,7 @@ class SqliteTranscriptStore(TranscriptStore):
         return [r[0] for r in rows] or None
 
     def _put_blob(self, ref: str, data: str) -> None:
-        db = self._connect()
-        with self._writing:
+        with self._writer() as db:
             db.execute("INSERT OR IGNORE INTO lattice_blobs (ref, data) VALUES (?, ?)", (ref, data))
 
     def _get_blob(self, ref: str) -> str | None:
@@ -302,8 +353,7 @@ class SqliteTranscriptStore(TranscriptStore):
         return row[0] if row else None
 
     def _put_tool_call(self, key: str, result: str | None) -> None:
-        db = self._connect()
-        with self._writing:
+        with self._writer() as db:
             db.execute(_PUT_TOOL_CALL_SQL.format(p="?"), (key, result))
 
     def _get_tool_call(self, key: str) -> tuple[str | None] | None:

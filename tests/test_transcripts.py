@@ -3,8 +3,10 @@ results and prompts are stored once, and everything a user sees is resolved."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import time
 import uuid
 
 import pytest
@@ -223,3 +225,43 @@ async def test_the_transcript_cache_is_bounded_by_size(tmp_path, monkeypatch):
     monkeypatch.setenv("LATTICE_TRANSCRIPT_CACHE_MB", "lots")
     with pytest.raises(ConfigurationError, match="LATTICE_TRANSCRIPT_CACHE_MB='lots'"):
         await SqliteTranscriptStore(tmp_path / "u.db").messages(first)
+
+
+async def test_a_write_waits_for_another_writer_without_holding_up_the_loop(tmp_path):
+    """Writes are tried on the event loop's thread only when SQLite takes them at once: one
+    that meets another process's writer waits for it in a thread while the loop runs on, and
+    lands once that writer is done."""
+    store = SqliteTranscriptStore(tmp_path / "t.db")
+    head = await store.append(None, [ModelMessage(role="user", content="before")])
+    other = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # holds the write lock, as another process's writer does
+    try:
+        writing = asyncio.create_task(
+            store.append(head, [ModelMessage(role="assistant", content="after")])
+        )
+        started = time.monotonic()
+        for _ in range(10):  # the loop keeps turning while the write waits
+            await asyncio.sleep(0.02)
+        # a write that waited on the loop's thread would hold it for SQLite's busy timeout
+        assert time.monotonic() - started < 2.5
+        assert not writing.done()
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    new_head = await asyncio.wait_for(writing, 10)
+    fresh = SqliteTranscriptStore(tmp_path / "t.db")  # reads the database, not a cache
+    assert [m.content for m in await fresh.messages(new_head)] == ["before", "after"]
+
+
+async def test_writes_on_the_loop_leave_the_wal_checkpointed(tmp_path):
+    """The loop's writes never checkpoint (that syncs the file); every so many go through a
+    thread that does, so the WAL stays near SQLite's threshold (1,000 pages) instead of
+    holding everything written."""
+    store = SqliteTranscriptStore(tmp_path / "t.db")
+    head = None
+    for i in range(640):  # ~20 MB
+        head = await store.append(head, [ModelMessage(role="user", content=f"{i} " + "x" * 30_000)])
+    wal = (tmp_path / "t.db-wal").stat().st_size
+    assert wal < 8 * 2**20, wal
+    fresh = SqliteTranscriptStore(tmp_path / "t.db")
+    assert len(await fresh.messages(head)) == 640
