@@ -260,7 +260,7 @@ class SqliteTranscriptStore(TranscriptStore):
         # thread waiting on this lock wakes as soon as it is free. (Other processes on the
         # file still meet the busy handler.)
         self._writing = threading.Lock()
-        self._inline_writes = 0
+        self._writes = 0
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(
@@ -273,12 +273,13 @@ class SqliteTranscriptStore(TranscriptStore):
                 )
             )
 
-    def _connect(self, name: str = "db") -> sqlite3.Connection:
-        """This thread's connection: ``db`` waits for the file's other writers (30 s) and
-        checkpoints the WAL; ``inline_db`` (``_write``'s) never waits and never checkpoints."""
+    def _connect(self, *, inline: bool = False) -> sqlite3.Connection:
+        """This thread's connection: one that waits for the file's other writers (30 s) and
+        checkpoints the WAL, or ``inline`` (``_write``'s) one that never waits and never
+        checkpoints."""
+        name = "inline_db" if inline else "db"
         db = getattr(self._local, name, None)
         if db is None:
-            inline = name == "inline_db"
             db = sqlite3.connect(self.path, timeout=0 if inline else 30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -299,10 +300,10 @@ class SqliteTranscriptStore(TranscriptStore):
         every ``_CHECKPOINT_EVERY``-th write, whose connection checkpoints the WAL once it grew
         past SQLite's threshold.
         """
-        self._inline_writes += 1
-        if self._inline_writes % _CHECKPOINT_EVERY and self._writing.acquire(blocking=False):
+        self._writes += 1
+        if self._writes % _CHECKPOINT_EVERY and self._writing.acquire(blocking=False):
             try:
-                self._local.inline = self._connect("inline_db")
+                self._local.inline = self._connect(inline=True)
                 put(*args)
                 return
             except sqlite3.OperationalError as err:
