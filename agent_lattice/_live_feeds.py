@@ -12,6 +12,11 @@ request is over. Nothing enters Temporal history and the worker never connects t
 the reader must be able to reach the worker's port (where it cannot, it gets the durable
 messages alone, as before).
 
+A reader names the channel keys it holds (``_channel_keys``, by fingerprint) and a nonce; the
+worker seals every line with the first of them it holds too (encrypted when it is an
+encryption key's), or serves nothing (``unkeyed``): a reader believes only lines sealed with a
+key of its own, and a process without one reads no tokens.
+
 The feeds are served by threads, never by the activity's event loop: a slow reader holds
 its own thread and never slows the model request down.
 """
@@ -27,8 +32,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _settings
+from ._channel_keys import Seal, held_key
+from ._errors import ConfigurationError
 
-__all__ = ["LIVE_MARK", "LiveFeeds", "live_address", "live_feeds", "live_key"]
+__all__ = ["LIVE_MARK", "LiveFeeds", "feed_channel", "live_address", "live_feeds", "live_key"]
 
 log = logging.getLogger("agent_lattice.stream")
 
@@ -68,9 +75,9 @@ class _Feed:
             self.closed = True
             self.changed.notify_all()
 
-    def batches(self) -> Iterator[bytes]:
-        """The events from the first as LiveItem JSON lines, as they come; ends once the feed
-        is closed and every event was given."""
+    def batches(self, seal: Seal) -> Iterator[bytes]:
+        """The events from the first as LiveItem JSON lines (each sealed), as they come; ends
+        once the feed is closed and every event was given."""
         sent = 0
         while True:
             with self.changed:
@@ -81,7 +88,8 @@ class _Feed:
             sent += len(batch)
             if batch:
                 yield b"".join(
-                    json.dumps({"event": event, **self.stamp}).encode() + b"\n" for event in batch
+                    seal.seal(json.dumps({"event": event, **self.stamp}).encode()) + b"\n"
+                    for event in batch
                 )
             if done and sent == len(self.events):
                 return
@@ -147,25 +155,41 @@ class _Server(socketserver.ThreadingTCPServer):
 
 
 class _Reader(socketserver.StreamRequestHandler):
-    """One attached reader: ``{"watch": key}``, then ``ready`` and the feed's lines and
-    ``{"end": true}``, or ``gone`` when this process runs no such request."""
+    """One attached reader: ``{"watch": key, "keys": [kid, ...], "nonce": hex}``, then
+    ``ready <kid>`` and the feed's lines sealed with that key, and a sealed ``{"end": true}``;
+    ``gone`` when this process runs no such request, ``unkeyed`` when it holds none of the
+    reader's keys."""
 
     server: _Server
 
     def handle(self) -> None:
         try:
             header: dict[str, Any] = json.loads(self.rfile.readline() or b"{}")
-            feed = self.server.feeds.get(str(header.get("watch")))
+            watch = str(header.get("watch"))
+            feed = self.server.feeds.get(watch)
             if feed is None:
                 self.wfile.write(b"gone\n")
                 return
-            self.wfile.write(b"ready\n")
-            for batch in feed.batches():
+            kids = header.get("keys")
+            held = (held_key(str(kid)) for kid in (kids if isinstance(kids, list) else []))
+            key = next((k for k in held if k is not None), None)
+            if key is None:
+                self.wfile.write(b"unkeyed\n")
+                return
+            seal = key.seal(feed_channel(watch), bytes.fromhex(str(header.get("nonce"))))
+            self.wfile.write(b"ready " + key.kid.encode() + b"\n")
+            for batch in feed.batches(seal):
                 self.wfile.write(batch)
                 self.wfile.flush()
-            self.wfile.write(b'{"end": true}\n')
-        except (OSError, ValueError) as err:
+            self.wfile.write(seal.seal(b'{"end": true}') + b"\n")
+        except (OSError, ValueError, ConfigurationError) as err:
             log.debug("live reader left: %s", err)
+
+
+def feed_channel(key: str) -> str:
+    """What a feed's lines are sealed for (never a caller's channel: a line of one cannot be
+    passed off as the other's)."""
+    return f"feed:{key}"
 
 
 _FEEDS: LiveFeeds | None = None

@@ -176,10 +176,15 @@ class SystemMessage(BaseModel):
     ``tool_name``, ``tool_input``, ``tool_use_id``, ``message``; ``agent`` and ``workflow_id``
     name the run that waits, a delegated child's or a team member's included), and
     ``approval_resolved`` once it was decided (``behavior``: allow, deny, timed_out,
-    cancelled)."""
+    cancelled). ``live_feed_lost``: the live tokens of a model request (``turn``, ``attempt``)
+    stopped before its end (a worker killed, a connection cut, a line refused as not sent by
+    a worker: ``message`` says which); the rest of its text is not streamed, and its durable
+    messages follow as always. It is live, like stream events: never in a history store."""
 
     type: Literal["system"] = "system"
-    subtype: Literal["init", "compaction", "approval_request", "approval_resolved"] = "init"
+    subtype: Literal[
+        "init", "compaction", "approval_request", "approval_resolved", "live_feed_lost"
+    ] = "init"
     session_id: str
     model: str | None = None
     tools: list[str] = Field(default_factory=list)
@@ -194,6 +199,8 @@ class SystemMessage(BaseModel):
     tool_use_id: str | None = None
     message: str | None = None
     behavior: str | None = None
+    turn: int | None = None
+    attempt: int | None = None
 
 
 class StreamEventMessage(BaseModel):
@@ -202,6 +209,9 @@ class StreamEventMessage(BaseModel):
     ``turn`` is the 1-based model request of the query; ``attempt`` is the delivery attempt of
     that request. When ``attempt`` grows for the same turn the earlier attempt failed midway:
     discard what you rendered of that turn, the retry streams the response again.
+
+    Stream events are live and best-effort: the record is the turn's ``assistant`` message,
+    which always follows; a feed that stops early says so (``system``, ``live_feed_lost``).
     """
 
     type: Literal["stream_event"] = "stream_event"

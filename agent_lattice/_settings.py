@@ -15,6 +15,8 @@ from ._errors import ConfigurationError
 __all__ = [
     "RECONNECT_ENV",
     "build_id",
+    "channel_key",
+    "channel_key_file",
     "debug",
     "deployment_name",
     "encryption_keys",
@@ -191,3 +193,14 @@ def use_encryption_keys_file(path: str) -> None:
 def encryption_keys_file() -> str | None:
     """``LATTICE_ENCRYPTION_KEYS_FILE``: a file holding the same (a mounted secret)."""
     return os.environ.get("LATTICE_ENCRYPTION_KEYS_FILE", "").strip() or None
+
+
+def channel_key() -> str | None:
+    """``LATTICE_CHANNEL_KEY``: a secret shared by callers and workers on several hosts that
+    signs the live side channel when no encryption keys are set (``_channel_keys``)."""
+    return os.environ.get("LATTICE_CHANNEL_KEY", "").strip() or None
+
+
+def channel_key_file() -> str | None:
+    """``LATTICE_CHANNEL_KEY_FILE``: a file holding the same (a mounted secret)."""
+    return os.environ.get("LATTICE_CHANNEL_KEY_FILE", "").strip() or None

@@ -18,6 +18,14 @@ on another host whose ``LATTICE_STREAM_HOST`` the worker cannot reach (the defau
 The same channel carries commit notices (:class:`Committed`, ``worker/_commits``): once the
 server has taken a workflow task, the worker that ran it sends what the task published, so
 the caller's reader need not ask the server for it (``client/_follow``).
+
+The channel id in the workflow input is readable by anyone who reads the run's history, so
+it only names the channel: every line a worker sends over TCP is sealed with a channel key
+(``_channel_keys``) the history never carries, with a nonce the caller gives each connection
+(``ready <nonce>``), and a line that does not open ends the connection unread. A feed that
+ends before its end line (a worker killed, a connection cut, a line refused) is told to the
+caller as :class:`LiveLost`: the rest of that request's tokens are not coming, its durable
+messages still are.
 """
 
 from __future__ import annotations
@@ -32,7 +40,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["Committed", "LiveItem", "StreamReceiver", "StreamSender"]
+from ._channel_keys import ChannelKey, ForgedLine, Seal, channel_id, channel_key_for, new_nonce
+from ._errors import LatticeError
+
+__all__ = [
+    "ChannelRefused",
+    "Committed",
+    "LiveItem",
+    "LiveLost",
+    "StreamReceiver",
+    "StreamSender",
+    "open_channel",
+]
 
 log = logging.getLogger("agent_lattice.stream")
 
@@ -58,7 +77,19 @@ class Committed(BaseModel):
     items: list[dict[str, Any]]
 
 
-Deliver = Callable[[LiveItem | Committed], Awaitable[None]]
+class LiveLost(BaseModel):
+    """A live feed that ended before its end line: the rest of that model request's tokens
+    are not coming (its durable messages are). ``turn``/``attempt``/``after``: the request's,
+    as its last event said (None: no event came); ``refused``: a line did not open with the
+    channel's key (not sent by a worker holding it)."""
+
+    turn: int | None = None
+    attempt: int | None = None
+    after: int = 0
+    refused: bool = False
+
+
+Deliver = Callable[[LiveItem | Committed | LiveLost], Awaitable[None]]
 
 # Receivers living in this process, by address: the in-memory fast path.
 _LOCAL: dict[str, StreamReceiver] = {}
@@ -69,11 +100,43 @@ _ACK_TIMEOUT = 30.0
 _UNREACHABLE: set[str] = set()
 
 
+class ChannelRefused(LatticeError):
+    """A caller's channel took no connection: gone, or one whose key this process lacks."""
+
+
+async def open_channel(
+    address: str, channel: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Seal]:
+    """Connect to a caller's channel as a worker: the connection and its seal. Raises
+    :class:`ChannelRefused` (the caller has no such channel, or this process does not hold its
+    key), OSError or TimeoutError."""
+    key = channel_key_for(channel)
+    if key is None:
+        raise ChannelRefused(f"no channel key {channel.partition('.')[0]!r} here")
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT
+    )
+    try:
+        writer.write(json.dumps({"channel": channel}).encode() + b"\n")
+        await writer.drain()
+        answer = (await asyncio.wait_for(reader.readline(), _CONNECT_TIMEOUT)).strip()
+        word, _, nonce = answer.partition(b" ")
+        if word != b"ready":
+            raise ChannelRefused("the caller has no such channel (its query is over)")
+        return reader, writer, key.seal(channel, bytes.fromhex(nonce.decode()))
+    except BaseException:
+        writer.close()
+        raise
+
+
 class StreamReceiver:
     """Accepts stream events for the queries this process is running."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", key: ChannelKey | None = None) -> None:
         self._host = host
+        # the key workers' lines are checked by (None: in-process senders only)
+        self.key = key
         self._server: asyncio.base_events.Server | None = None
         self._channels: dict[str, Deliver] = {}
         self.address: str | None = None
@@ -96,8 +159,9 @@ class StreamReceiver:
             self._server = None
 
     def open(self, deliver: Deliver) -> str:
-        """Register a consumer; returns the channel id to put into the workflow input."""
-        channel = secrets.token_urlsafe(16)
+        """Register a consumer; returns the channel id to put into the workflow input (it
+        names the channel's key, by its fingerprint; ``local.``: this process's senders only)."""
+        channel = channel_id(self.key) if self.key else f"local.{secrets.token_urlsafe(16)}"
         self._channels[channel] = deliver
         return channel
 
@@ -108,17 +172,27 @@ class StreamReceiver:
         return self._channels.get(channel)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        lost: LiveLost | None = None  # what to tell if the feed ends without its end line
+        deliver: Deliver | None = None
         try:
             header = json.loads(await reader.readline() or b"{}")
-            deliver = self._channels.get(str(header.get("channel")))
-            if deliver is None:
+            channel = str(header.get("channel"))
+            deliver = self._channels.get(channel)
+            if deliver is None or self.key is None:  # a channel of its own key, or local
                 writer.write(b"gone\n")
                 await writer.drain()
                 return
-            writer.write(b"ready\n")
+            nonce = new_nonce()
+            writer.write(b"ready " + nonce.hex().encode() + b"\n")
             await writer.drain()
+            seal = self.key.seal(channel, nonce)
             while line := await reader.readline():
-                item = json.loads(line)
+                try:
+                    item = json.loads(seal.open(line.rstrip(b"\n")))
+                except ForgedLine as err:
+                    log.warning("refused a live channel connection: %s", err)
+                    lost = LiveLost(refused=True)
+                    break
                 if item.get("end"):
                     writer.write(b"ok\n")
                     await writer.drain()
@@ -127,7 +201,9 @@ class StreamReceiver:
                 if committed is not None:
                     await deliver(Committed.model_validate(committed))
                 else:
-                    await deliver(LiveItem.model_validate(item))
+                    live = LiveItem.model_validate(item)
+                    lost = LiveLost(turn=live.turn, attempt=live.attempt, after=live.after)
+                    await deliver(live)
         except (
             ConnectionError,
             json.JSONDecodeError,
@@ -140,10 +216,14 @@ class StreamReceiver:
             # keep theirs between a run's tasks): end quietly, as asyncio's stream callback
             # would print a cancelled handler's traceback
             log.debug("stream connection cancelled")
+            lost = None
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+        if lost is not None and deliver is not None:  # (a return above: nothing to tell)
+            with contextlib.suppress(Exception):
+                await deliver(lost)
 
 
 class StreamSender:
@@ -159,6 +239,7 @@ class StreamSender:
         self._local: Deliver | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._seal: Seal | None = None
         self._dead = False
 
     async def __aenter__(self) -> StreamSender:
@@ -168,15 +249,11 @@ class StreamSender:
             self._dead = self._local is None
             return self
         try:
-            host, port = self._address.removeprefix("tcp://").rsplit(":", 1)
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT
+            self._reader, self._writer, self._seal = await open_channel(
+                self._address, self._channel
             )
-            self._writer.write(json.dumps({"channel": self._channel}).encode() + b"\n")
-            await self._writer.drain()
-            answer = await asyncio.wait_for(self._reader.readline(), _CONNECT_TIMEOUT)
-            if answer.strip() != b"ready":
-                self._fail("receiver has no such channel")
+        except ChannelRefused as err:
+            self._fail(str(err))
         except (TimeoutError, OSError) as err:
             self._fail(str(err))
             if self._address not in _UNREACHABLE:
@@ -199,9 +276,9 @@ class StreamSender:
         if self._local is not None:
             await self._local(item)
             return
-        assert self._writer is not None
+        assert self._writer is not None and self._seal is not None
         try:
-            self._writer.write(item.model_dump_json().encode() + b"\n")
+            self._writer.write(self._seal.seal(item.model_dump_json().encode()) + b"\n")
             await self._writer.drain()
         except OSError as err:
             self._fail(str(err))
@@ -211,7 +288,8 @@ class StreamSender:
             return
         try:
             if not self._dead and exc[0] is None:
-                self._writer.write(b'{"end": true}\n')
+                assert self._seal is not None
+                self._writer.write(self._seal.seal(b'{"end": true}') + b"\n")
                 await self._writer.drain()
                 assert self._reader is not None
                 await asyncio.wait_for(self._reader.readline(), _ACK_TIMEOUT)

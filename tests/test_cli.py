@@ -37,6 +37,7 @@ from agent_lattice import (
     ModelMessage,
     ResultMessage,
     StreamEventMessage,
+    SystemMessage,
     TextBlock,
 )
 from agent_lattice.cli import Renderer, app
@@ -525,9 +526,13 @@ def test_renderer_never_continues_a_failed_attempt() -> None:
         event = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": chunk}}
         return StreamEventMessage(event=event, session_id="s", turn=1, attempt=attempt)
 
+    lost = SystemMessage(
+        subtype="live_feed_lost", session_id="s", turn=1, attempt=1, message="feed 1 cut"
+    )
     for message in [
         delta("Hel", 1),
         delta("lo th", 1),
+        lost,  # the feed of attempt 1 stopped: said on a line of its own
         delta("Hello", 2),
         delta("stale", 1),  # late event of the failed attempt: dropped
         delta(" world", 2),
@@ -536,11 +541,13 @@ def test_renderer_never_continues_a_failed_attempt() -> None:
             session_id="s",
             turn=1,
         ),
+        lost,  # late, its turn shown whole: not said again
         ResultMessage(subtype="success", session_id="s", num_turns=1, run_id="r-1"),
     ]:
         renderer.show(message)
     assert console.file.getvalue().splitlines() == [  # type: ignore[attr-defined]
         "Hello th",
+        "⚠ feed 1 cut",
         "↻ retrying model request (attempt 2)",
         "Hello world",
         "✓ success · 1 turn · 0 in / 0 out tokens · stop - · workflow wf-1 · run r-1",

@@ -499,10 +499,12 @@ def test_a_recorded_set_holds_the_tagged_shapes():
             assert Handoff.model_validate(p).work is not None
 
 
-async def test_live_items_cross_the_side_channel_as_models():
+async def test_live_items_cross_the_side_channel_as_models(monkeypatch):
     from agent_lattice import _streaming
+    from agent_lattice._channel_keys import caller_channel_key
 
-    receiver = _streaming.StreamReceiver()
+    monkeypatch.setenv("LATTICE_CHANNEL_KEY", "a secret both ends hold, 32 bytes")
+    receiver = _streaming.StreamReceiver(key=caller_channel_key())
     address = await receiver.start()
     got: list[LiveItem] = []
 

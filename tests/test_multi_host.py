@@ -2,7 +2,8 @@
 
 Each host is a Linux network namespace on one bridge: the Temporal dev server on A, a
 ``lattice worker`` on B and one on C (each with its own ``LATTICE_HOME``, sharing only the
-Postgres transcript store), the client on D. The root namespace, on one more port of the
+Postgres transcript store and the live channel's key, ``LATTICE_CHANNEL_KEY``), the client on
+D. The root namespace, on one more port of the
 bridge, holds the fake model and a forwarder to Postgres (which listens on the root
 namespace's loopback only). The processes' logs stay in the test's ``tmp_path``. Twenty
 queries run (tools, delegations, a team); B's worker is killed with SIGKILL while one of its
@@ -305,6 +306,9 @@ async def _run(
         "LATTICE_TEST_EFFECTS_TABLE": table,
         "ANTHROPIC_BASE_URL": fake.base_url,
         "LATTICE_TASK_QUEUE_PREFIX": f"mh{hosts.token}.",
+        # the secret that signs the live channel between hosts (one home's key file is
+        # that home's alone)
+        "LATTICE_CHANNEL_KEY": secrets.token_urlsafe(32),
     }
     # every address of host A: the dev server's own services dial each other on 127.0.0.1
     # whatever --ip says (bound to A's bridge address alone, it cannot reach itself)

@@ -105,6 +105,10 @@ class Renderer:
         if message.subtype == "approval_resolved":
             self.note(f"▶ {message.tool_name}: {message.behavior}")
             return
+        if message.subtype == "live_feed_lost":
+            if message.turn is None or message.turn > self._closed_turn:  # (a turn shown whole: no)
+                self.note(f"⚠ {message.message}", "yellow")
+            return
         parts = [message.agent or "agent", message.model or "?"]
         if message.tools:
             parts.append("tools " + ", ".join(message.tools))

@@ -22,18 +22,22 @@ from typing import Any, Protocol
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from .._live_feeds import live_address, live_key
+from .._channel_keys import ChannelKey, ForgedLine, Seal, new_nonce
+from .._live_feeds import feed_channel, live_address, live_key
 from .._messages import AssistantMessage, ResultMessage, SDKMessage, StreamEventMessage
-from .._streaming import LiveItem
+from .._streaming import LiveItem, LiveLost
 from ..workflows._contract import ActivityName
 from ._follow import Landed
-from ._merge import DurableSource, Failed, Live, Mark, Merge, Nested
+from ._merge import DurableSource, Failed, Live, Mark, Merge, Nested, lost_feed
 
 
 class Source(DurableSource, Protocol):
-    """What attaching needs of the runtime: its client and the run's durable messages."""
+    """What attaching needs of the runtime: its client, its channel key and the run's durable
+    messages."""
 
     client: Client
+
+    def channel_key(self) -> ChannelKey | None: ...
 
 
 __all__ = ["attached_messages"]
@@ -49,9 +53,12 @@ _FEED_OPENS_S = 2.0  # a request just started may not have opened its feed yet
 class _Follower:
     """Finds the run's model request in flight, reads its feed into the merge, repeats."""
 
-    def __init__(self, client: Client, workflow_id: str, merge: Merge) -> None:
+    def __init__(
+        self, client: Client, workflow_id: str, merge: Merge, key: ChannelKey | None
+    ) -> None:
         self.handle = client.get_workflow_handle(workflow_id)
         self.merge = merge
+        self.key = key  # the lines of a feed are believed when sealed with it
         self.landed = Landed()  # what the live events say the run published
         self.read: set[tuple[str, str, int]] = set()  # attempts already read to the end
         self.poll_s = POLL_S
@@ -61,6 +68,8 @@ class _Follower:
         self.poll_s = POLL_S
 
     async def run(self) -> None:
+        if self.key is None:
+            return  # no key to believe a feed by: the durable messages alone
         try:
             await self._follow()
         except Exception as err:  # live tokens are a view: the durable messages go on
@@ -98,8 +107,9 @@ class _Follower:
             return run_id, pending.activity_id, pending.attempt, address
         return None
 
-    async def _read(self, address: str, key: str) -> bool:
+    async def _read(self, address: str, watch: str) -> bool:
         """The feed's events into the merge; False when it is not open (yet)."""
+        assert self.key is not None
         host, port = address.removeprefix("tcp://").rsplit(":", 1)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _FEED_OPENS_S
@@ -111,11 +121,17 @@ class _Follower:
             except (OSError, TimeoutError) as err:
                 log.debug("live feed at %s unreachable: %s", address, err)
                 return True  # not retried: the durable messages carry the turn
+            nonce = new_nonce()
+            hello = {"watch": watch, "keys": [self.key.kid], "nonce": nonce.hex()}
             try:
-                writer.write(json.dumps({"watch": key}).encode() + b"\n")
+                writer.write(json.dumps(hello).encode() + b"\n")
                 await writer.drain()
-                if (await reader.readline()).strip() == b"ready":
-                    await self._forward(reader)
+                answer = (await reader.readline()).strip()
+                if answer == b"unkeyed":
+                    log.debug("the worker at %s holds no channel key of this process", address)
+                    return True
+                if answer.startswith(b"ready"):
+                    await self._forward(reader, self.key.seal(feed_channel(watch), nonce))
                     return True
             except (OSError, ValueError, asyncio.IncompleteReadError) as err:
                 log.debug("live feed at %s ended: %s", address, err)
@@ -128,17 +144,28 @@ class _Follower:
                 return True  # the request ended before we came (or the worker restarted)
             await asyncio.sleep(POLL_S)
 
-    async def _forward(self, reader: asyncio.StreamReader) -> None:
-        while line := await reader.readline():
-            data = json.loads(line)
-            if data.get("end"):
-                return
-            item = LiveItem.model_validate(data)
-            self.landed.at_least(item.after)  # held until those are read: read them now
-            event = StreamEventMessage(
-                event=item.event, session_id="", turn=item.turn, attempt=item.attempt
-            )
-            await self.merge.put_live(event, item.after)
+    async def _forward(self, reader: asyncio.StreamReader, seal: Seal) -> None:
+        """The feed's sealed lines until its end; one that stops before (or does not open)
+        is told as a lost feed."""
+        lost = LiveLost()
+        try:
+            while line := await reader.readline():
+                data = json.loads(seal.open(line.rstrip(b"\n")))
+                if data.get("end"):
+                    return
+                item = LiveItem.model_validate(data)
+                lost = LiveLost(turn=item.turn, attempt=item.attempt, after=item.after)
+                self.landed.at_least(item.after)  # held until those are read: read them now
+                event = StreamEventMessage(
+                    event=item.event, session_id="", turn=item.turn, attempt=item.attempt
+                )
+                await self.merge.put_live(event, item.after)
+        except ForgedLine as err:
+            log.warning("refused a live feed: %s", err)
+            lost = LiveLost(refused=True)
+        except (OSError, asyncio.IncompleteReadError) as err:
+            log.debug("live feed ended: %s", err)
+        await self.merge.put_live(lost_feed(lost, ""), lost.after)
 
 
 async def _durable(
@@ -160,7 +187,7 @@ async def attached_messages(
 ) -> AsyncIterator[SDKMessage]:
     """The run's durable messages from ``from_offset`` with its live stream events."""
     merge = Merge(seen=from_offset)
-    follower = _Follower(runtime.client, workflow_id, merge)
+    follower = _Follower(runtime.client, workflow_id, merge, runtime.channel_key())
     durable = asyncio.create_task(
         _durable(runtime, workflow_id, from_offset, merge, follower.landed)
     )
@@ -184,7 +211,7 @@ async def attached_messages(
                     return
                 released = merge.delivered()
             for event in released:
-                if event.turn > closed_turn:  # a turn already given whole is not re-shown
+                if (event.turn or 0) > closed_turn:  # a turn already given whole is not re-shown
                     yield event.model_copy(update={"session_id": session_id})
     finally:
         for task in (live, durable):

@@ -26,10 +26,10 @@ from .._messages import (
     TeamMessageEvent,
     UserMessage,
 )
-from .._streaming import Committed, LiveItem
+from .._streaming import Committed, LiveItem, LiveLost
 from ._follow import Landed
 
-__all__ = ["Failed", "Live", "Mark", "Merge", "Nested", "Producers", "follows"]
+__all__ = ["Failed", "Live", "Mark", "Merge", "Nested", "Producers", "follows", "lost_feed"]
 
 log = logging.getLogger("agent_lattice.query")
 
@@ -58,11 +58,29 @@ class Mark(enum.Enum):
 
 @dataclass(frozen=True)
 class Live:
-    """A live (side-channel) stream event and the number of durable messages the workflow had
-    published before the model request it belongs to."""
+    """A live (side-channel) stream event, or the note that a feed stopped early, and the
+    number of durable messages the workflow had published before the model request it
+    belongs to."""
 
-    event: StreamEventMessage
+    event: StreamEventMessage | SystemMessage
     after: int
+
+
+def lost_feed(lost: LiveLost, session_id: str) -> SystemMessage:
+    """What the caller sees of a live feed that stopped before its end."""
+    if lost.refused:
+        why = "a connection to the live channel sent a line not sealed with its key: refused"
+    elif lost.turn is None:
+        why = "the live feed stopped before its first event"
+    else:
+        why = f"the live feed of turn {lost.turn} (attempt {lost.attempt}) stopped before its end"
+    return SystemMessage(
+        subtype="live_feed_lost",
+        session_id=session_id,
+        turn=lost.turn,
+        attempt=lost.attempt,
+        message=f"{why}; the durable messages follow",
+    )
 
 
 @dataclass(frozen=True)
@@ -91,7 +109,7 @@ class Merge:
         self._seen = seen  # durable messages the caller has been given (or skipped)
         self._held: list[Live] = []
 
-    async def put_live(self, event: StreamEventMessage, after: int) -> None:
+    async def put_live(self, event: StreamEventMessage | SystemMessage, after: int) -> None:
         await self._queue.put(Live(event, after))
 
     async def put(self, item: Nested | Failed | Mark | SDKMessage) -> None:
@@ -103,14 +121,14 @@ class Merge:
     async def get(self) -> Item:
         return await self._queue.get()
 
-    def release(self, live: Live) -> list[StreamEventMessage]:
+    def release(self, live: Live) -> list[StreamEventMessage | SystemMessage]:
         """The live event now, or nothing yet (held until its durable messages are seen)."""
         if live.after > self._seen or self._held:
             self._held.append(live)
             return []
         return [live.event]
 
-    def delivered(self) -> list[StreamEventMessage]:
+    def delivered(self) -> list[StreamEventMessage | SystemMessage]:
         """A durable message reached the caller: the held live events it was waiting for."""
         self._seen += 1
         released = []
@@ -118,7 +136,7 @@ class Merge:
             released.append(self._held.pop(0).event)
         return released
 
-    def flush(self) -> list[StreamEventMessage]:
+    def flush(self) -> list[StreamEventMessage | SystemMessage]:
         """Every live event still held (the run's result arrived)."""
         held, self._held = self._held, []
         return [live.event for live in held]
@@ -166,9 +184,12 @@ class Producers:
         self.members: list[asyncio.Task[None]] = []
         self.landed = Landed()  # what the live events say the run published
 
-    async def live(self, item: LiveItem | Committed) -> None:
+    async def live(self, item: LiveItem | Committed | LiveLost) -> None:
         if isinstance(item, Committed):  # what a task published, from its worker
             self.landed.commit(item)
+            return
+        if isinstance(item, LiveLost):
+            await self.merge.put_live(lost_feed(item, self.session_id), item.after)
             return
         self.landed.at_least(item.after)  # held until those are read: read them now
         event = StreamEventMessage(

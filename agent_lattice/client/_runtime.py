@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from .. import _settings
+from .._channel_keys import ChannelKey, caller_channel_key
 from .._delegation import delegation_targets
 from .._messages import (
     AssistantMessage,
@@ -33,7 +34,7 @@ from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
-from ..worker._encryption import EncryptionKeysLike
+from ..worker._encryption import EncryptionCodec, EncryptionKeysLike
 from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
 from ..worker._telemetry import flush_tracing, temporal_runtime
@@ -246,7 +247,15 @@ class Runtime:
     def release_query_tracers(self, root: str) -> None:
         self._registry.release_tracers(root)
 
+    def channel_key(self) -> ChannelKey | None:
+        """The key every line a worker sends this process's queries and attached readers is
+        checked by (``_channel_keys``); None: it has none (no live tokens over TCP)."""
+        codec = self.client.data_converter.payload_codec
+        return codec.channel_key() if isinstance(codec, EncryptionCodec) else caller_channel_key()
+
     async def stream_receiver(self) -> StreamReceiver:
+        if self._receiver.key is None:
+            self._receiver.key = self.channel_key()
         await self._receiver.start()
         return self._receiver
 

@@ -27,7 +27,7 @@ from typing import Any
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.worker import Worker
 
-from .._streaming import _LOCAL, Committed
+from .._streaming import _LOCAL, ChannelRefused, Committed, open_channel
 from ._sandbox import _DirectContexts
 
 __all__ = ["send_commit_notices"]
@@ -162,22 +162,18 @@ class _Channel:
             self._done(self)
 
     async def _send_tcp(self) -> None:
-        host, port = self.address.removeprefix("tcp://").rsplit(":", 1)
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT
-        )
         try:
-            writer.write(json.dumps({"channel": self.channel}).encode() + b"\n")
-            await writer.drain()
-            if (await asyncio.wait_for(reader.readline(), _CONNECT_TIMEOUT)).strip() != b"ready":
-                return  # the query is over
+            reader, writer, seal = await open_channel(self.address, self.channel)
+        except ChannelRefused:
+            return  # the query is over, or this worker does not hold its channel's key
+        try:
             while (item := await self._next()) is not None:
-                line = json.dumps({"committed": item[0].model_dump()})
-                writer.write(line.encode() + b"\n")
+                line = json.dumps({"committed": item[0].model_dump()}).encode()
+                writer.write(seal.seal(line) + b"\n")
                 await writer.drain()
                 if item[1]:
                     break
-            writer.write(b'{"end": true}\n')
+            writer.write(seal.seal(b'{"end": true}') + b"\n")
             await writer.drain()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(reader.readline(), _CONNECT_TIMEOUT)

@@ -37,6 +37,7 @@ from temporalio.converter import (
 )
 
 from .. import _settings
+from .._channel_keys import ChannelKey, learn_encryption_secrets
 from .._errors import ConfigurationError
 
 __all__ = [
@@ -185,6 +186,13 @@ class EncryptionCodec(PayloadCodec):
         self.keys = keys
         self.key_id = keys.ids[0]
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.keys}
+        # the live channel's keys (``_channel_keys``): this process's callers encrypt theirs
+        # with the first; its workers open channels of callers holding any
+        self._channel_keys = learn_encryption_secrets(key for _, key in keys.keys)
+
+    def channel_key(self) -> ChannelKey:
+        """The key this process's callers seal their live channels with."""
+        return self._channel_keys[0]
 
     async def encode(self, payloads: Iterable[Payload]) -> list[Payload]:
         return self.encode_sync(payloads)
