@@ -13,7 +13,10 @@ Every error the library raises derives from :class:`LatticeError`::
     │                          applied (unknown id, already decided, invalid updated input)
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
     │   ├── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
-    │   │                           than the reconnect limit
+    │   │   │                       than the reconnect limit
+    │   │   └── ServerGoneError     the server a process connected to is gone for good: stopped
+    │   │                           (``lattice server stop``), moved, or another server answers
+    │   │                           at its address
     │   └── UnknownEncryptionKeyError  a payload is encrypted with a key this process was not
     │                                  given (``agent_lattice.worker``, with the codec)
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
@@ -51,6 +54,7 @@ __all__ = [
     "MaxTurnsError",
     "MissingOutputError",
     "OptionError",
+    "ServerGoneError",
     "ServerUnreachableError",
     "TimeoutError",
     "ToolInputError",
@@ -96,6 +100,14 @@ class ServerUnreachableError(ConfigurationError):
     """The Temporal server could not be reached, or was lost and did not come back, within
     the reconnect limit (``LATTICE_RECONNECT_S``, ``Runtime.connect(reconnect_s=)``); the
     message names the server. ``lattice`` commands exit with code 3 on it."""
+
+
+class ServerGoneError(ServerUnreachableError):
+    """The server this process connected to is gone for good, so retrying is pointless: its
+    embedded server was stopped (``lattice server stop``) or now runs elsewhere, or the
+    server answering at its address is another one (its namespace has another id: another
+    ``LATTICE_HOME``'s embedded server on the same port, say). Its workers stop taking tasks;
+    the message says what was expected, what was found, and what to do."""
 
 
 class HookError(LatticeError):

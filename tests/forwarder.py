@@ -2,7 +2,8 @@
 
 It runs its own event loop in a thread, so a busy test loop never holds what goes through it
 and other processes (CLI runs, hosts in network namespaces) can use it too. ``cut()`` aborts
-every open connection and stops accepting: the client is cut off its server mid-stream.
+every open connection and stops accepting: the client is cut off its server mid-stream;
+``retarget()`` aborts them and sends the next ones elsewhere: another server took its place.
 ``ssl`` makes it terminate TLS (``tls_proxy.TLSProxy``); ``accepted`` sees each connection's
 writer first (its peer certificate, say).
 """
@@ -58,6 +59,18 @@ class Forwarder:
                 writer.transport.abort()
 
         asyncio.run_coroutine_threadsafe(cut(), self._loop).result(10)
+
+    def retarget(self, target: str) -> None:
+        """Abort every open connection; the next ones go to ``target`` (another server now
+        answers at this address)."""
+        host, _, port = target.rpartition(":")
+
+        async def retarget() -> None:
+            self._target = (host, int(port))
+            for writer in self._writers:
+                writer.transport.abort()
+
+        asyncio.run_coroutine_threadsafe(retarget(), self._loop).result(10)
 
     def close(self) -> None:
         if self._loop.is_closed():

@@ -84,6 +84,7 @@ PUBLIC = {
         "ResultMessage",
         "Runtime",
         "SDKMessage",
+        "ServerGoneError",
         "ServerUnreachableError",
         "Skill",
         "StreamEventMessage",

@@ -356,7 +356,10 @@ def server_status(
 
 @server_app.command("stop")
 def server_stop() -> None:
-    """Stop the embedded server under LATTICE_HOME (its data stays)."""
+    """Stop the embedded server under LATTICE_HOME (its data stays).
+
+    The workers and clients that use it as their embedded server stop with it, saying so.
+    """
     server = DevServer.running(lattice_home())
     if server is None:
         stdout.print(f"no embedded Temporal server is running (home {lattice_home()})")

@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from .. import _settings
 from .._errors import ConfigurationError
 from ._connection import NAMESPACE, TemporalConnection
-from ._reconnect import ServerWatch, connect_client
+from ._reconnect import GoneCheck, ServerWatch, connect_client
 from ._server import DevServer, TemporalBinaryMissing
 
 __all__ = ["EMBEDDED_READY_TIMEOUT", "open_client"]
@@ -39,7 +39,12 @@ async def open_client(
         server = await _embedded(quiet)
         connection = connection.embedded(server.address)
     assert connection.address is not None
-    watch = ServerWatch(connection.address, limit_s, home=Path(server.home) if server else None)
+    watch = ServerWatch(
+        connection.address,
+        limit_s,
+        home=Path(server.home) if server else None,
+        namespace=connection.namespace,
+    )
     client = await connect_client(
         connection.address,
         watch,
@@ -49,9 +54,10 @@ async def open_client(
         api_key=connection.api_key,
         tls=connection.tls_config(),
         rpc_metadata=connection.rpc_metadata,
+        interceptors=[GoneCheck(watch)],  # its calls refused once its server is gone for good
         **options,
     )
-    await _check_namespace(client, connection)
+    watch.identity = await _check_namespace(client, connection)
     return client, watch, server
 
 
@@ -72,11 +78,12 @@ async def _embedded(quiet: bool) -> DevServer:
     return server
 
 
-async def _check_namespace(client: Client, connection: TemporalConnection) -> None:
-    """Fail now, naming it, when the server has no such namespace. Other answers (a key
-    that may not describe namespaces) are left to the calls that follow."""
+async def _check_namespace(client: Client, connection: TemporalConnection) -> str | None:
+    """The namespace's id (the server's identity: see ``_reconnect``); fail now, naming it,
+    when the server has no such namespace. Other answers (a key that may not describe
+    namespaces) are left to the calls that follow: no id, no identity to check."""
     try:
-        await client.workflow_service.describe_namespace(
+        described = await client.workflow_service.describe_namespace(
             DescribeNamespaceRequest(namespace=connection.namespace)
         )
     except RPCError as err:
@@ -85,3 +92,5 @@ async def _check_namespace(client: Client, connection: TemporalConnection) -> No
                 f"the Temporal server at {connection.address} has no namespace "
                 f"{connection.namespace!r} ({NAMESPACE})"
             ) from None
+        return None
+    return described.namespace_info.id or None

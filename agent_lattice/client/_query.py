@@ -518,8 +518,8 @@ class QueryRun:
     async def _abandon(self, runtime: Runtime, new_messages: list[ModelMessage]) -> None:
         """End a run its caller left: a cancelled caller aborts it (``error_abort``), one that
         stopped reading interrupts it; either way its completed turns are kept."""
-        if runtime.watch.down_since is not None:
-            return  # the server is unreachable: nothing can reach the run (it goes on there)
+        if runtime.watch.down_since is not None or runtime.watch.gone is not None:
+            return  # the server is unreachable or gone: nothing can reach the run
         with contextlib.suppress(Exception):
             await self._handle.signal("abort" if self._cancelled else "interrupt")
         output = await asyncio.wait_for(self._output(), 30)

@@ -108,6 +108,7 @@ class Runtime:
         self._served: weakref.WeakKeyDictionary[Agent, str] = weakref.WeakKeyDictionary()
         self._transcripts: TranscriptStore | None = None
         self._workers: dict[str, tuple[Worker, asyncio.Task[None]]] = {}
+        self._stopping: set[asyncio.Future[None]] = set()  # workers of a server gone for good
         # Inline workers serve this process's agent objects (their tools, keys and clients):
         # their task queues are private to the process, so no other process with a
         # look-alike definition ever takes their work, nor they its.
@@ -187,8 +188,22 @@ class Runtime:
             otel=plugin.otel,
         )
         runtime.watch = watch
+        watch.on_gone.append(runtime._server_gone)
         watch.start(client)
         return runtime
+
+    def _server_gone(self) -> None:
+        """The server is gone for good: the inline workers stop taking tasks (from whatever
+        answers at its address now); the client's calls raise ``ServerGoneError``."""
+        for worker, _task in self._workers.values():
+            stopping = asyncio.ensure_future(worker.shutdown())
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopped)
+
+    def _stopped(self, stopping: asyncio.Future[None]) -> None:
+        self._stopping.discard(stopping)
+        if not stopping.cancelled():
+            stopping.exception()  # a worker that would not stop: close() tries again
 
     # -- workers -------------------------------------------------------------------------
 
@@ -203,6 +218,8 @@ class Runtime:
         """Serve ``agent`` from this process (inline agents of a script)."""
         if not self.inline_workers or self._served.get(agent) == agent.key:
             return  # its workers run already (walking its delegation targets again spawns specs)
+        if self.watch.gone is not None:
+            raise self.watch.error()
         preload_provider_sdk()
         # the agents it delegates to run here too, as child workflows on their own queues
         for served in delegation_targets([agent]):
@@ -231,6 +248,8 @@ class Runtime:
         """Host the team mailbox workflows from this process too (inline workers only)."""
         if not self.inline_workers:
             return
+        if self.watch.gone is not None:
+            raise self.watch.error()
         queue = mailbox_task_queue()
         async with self._lock:
             if queue not in self._workers:

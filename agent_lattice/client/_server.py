@@ -5,7 +5,8 @@ installs (``pip install "agent-lattice[dev]"``): a worker that connects to a con
 needs none. The server persists to
 SQLite under ``LATTICE_HOME`` (default ``~/.agent``) and outlives the process that started it,
 so runs stay inspectable in the UI and resumable by the next process; ``lattice server stop``
-stops it. Its address is recorded in ``LATTICE_HOME/temporal-server.json``.
+stops it. Its address is recorded in ``LATTICE_HOME/temporal-server.json``; a stop removes
+the record, which tells the processes using it that it is gone for good (``_reconnect``).
 """
 
 from __future__ import annotations
@@ -189,9 +190,37 @@ class DevServer:
         """The server last started under ``home``, whether it still runs or not (a server that
         was killed leaves its record; ``stop()`` removes it)."""
         try:
-            return cls(**json.loads(cls._state_file(home or lattice_home()).read_text()))
+            return cls._read(home or lattice_home())
         except (OSError, ValueError, TypeError):
             return None
+
+    @classmethod
+    def _read(cls, home: Path) -> DevServer:
+        return cls(**json.loads(cls._state_file(home).read_text()))
+
+    @classmethod
+    def _record(cls, home: Path, server: DevServer) -> None:
+        """Write the record whole (a reader never sees it half written: a watcher would take
+        a missing record for a server stopped on purpose)."""
+        partial = cls._state_file(home).with_suffix(".json.partial")
+        partial.write_text(json.dumps(asdict(server)))
+        os.replace(partial, cls._state_file(home))
+
+    @classmethod
+    def gone_from(cls, home: Path, address: str) -> str | None:
+        """Why the embedded server under ``home`` that a process reached at ``address`` is
+        gone for good, for that process (it cannot follow): stopped with ``lattice server
+        stop`` (its record removed) or started again elsewhere; None while its record still
+        names ``address`` (a server that died is revived there) or cannot be read."""
+        try:
+            recorded = cls._read(home)
+        except FileNotFoundError:
+            return "was stopped (lattice server stop)"
+        except (OSError, ValueError, TypeError):
+            return None
+        if recorded.address != address:
+            return f"now runs at {recorded.address}"
+        return None
 
     @classmethod
     def running(cls, home: Path | None = None) -> DevServer | None:
@@ -238,7 +267,7 @@ class DevServer:
             raise ServerUnreachableError(
                 f"could not start the embedded Temporal server: {err}"
             ) from err
-        cls._state_file(home).write_text(json.dumps(asdict(server)))
+        cls._record(home, server)
         for what, asked, got in (
             ("port", wanted, server.port),
             ("UI port", ui_port, server.ui_port if ui else None),
