@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ._errors import ConfigurationError, HistoryStoreError, OptionError
-from ._messages import ModelMessage
+from ._messages import ModelMessage, ToolResultBlock
 
 __all__ = [
     "HistoryStore",
@@ -35,6 +35,8 @@ __all__ = [
     "create_jsonl_history_store",
     "create_postgres_history_store",
     "define_history_store",
+    "same_messages",
+    "unanswered",
 ]
 
 log = logging.getLogger("agent_lattice.history")
@@ -120,7 +122,7 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def _same(a: list[ModelMessage], b: list[ModelMessage]) -> bool:
+def same_messages(a: list[ModelMessage], b: list[ModelMessage]) -> bool:
     """The same messages, compared as stored (a JSON round trip drops nothing else)."""
     return len(a) == len(b) and all(
         x.model_dump(mode="json", exclude_none=True) == y.model_dump(mode="json", exclude_none=True)
@@ -195,7 +197,7 @@ class QueryMirror:
         if self.error is not None:
             return False
         n = len(self.landed)
-        if self.synced and not compacted and _same(self.landed, added[:n]):
+        if self.synced and not compacted and same_messages(self.landed, added[:n]):
             for message in added[n:]:
                 if not await self.store.append_checked(message):
                     return False
@@ -254,9 +256,9 @@ class RunLandings:
     async def _catch_up(self, conversation: list[ModelMessage], *, synced: bool) -> bool:
         if synced:
             stored, loaded = await self.store.load_checked()
-            if loaded and _same(stored, conversation):
+            if loaded and same_messages(stored, conversation):
                 return True  # an attempt cut off after its write
-            if loaded and _same(stored, conversation[:-1]):
+            if loaded and same_messages(stored, conversation[:-1]):
                 return await self.store.append_checked(conversation[-1])
         return await self.store.replace_checked(conversation)
 
@@ -278,15 +280,42 @@ async def caught_up(
     if not ok:
         return kept or [], True
     finished = bool(stored) and stored[-1].role == "assistant" and not stored[-1].tool_uses
-    if kept is None or finished or _same(stored, kept):
+    if kept is None or finished or same_messages(stored, kept):
         return stored, True
     n = len(stored)
-    if len(kept) > n and _same(stored, kept[:n]):
+    if len(kept) > n and same_messages(stored, kept[:n]):
         for message in kept[n:]:
             if not await store.append_checked(message):
                 return kept, False
         return kept, True
+    if n > len(kept) and same_messages(stored[: len(kept)], kept):
+        # the store holds more of the last query than Temporal kept (its run ended from
+        # outside before it landed them): never rewound; a tool call left without a result
+        # gets one saying it did not finish
+        answer = unanswered(stored)
+        if answer is None:
+            return stored, True
+        return [*stored, answer], await store.append_checked(answer)
     return kept, await store.replace_checked(kept)
+
+
+def unanswered(messages: list[ModelMessage]) -> ModelMessage | None:
+    """The tool results a conversation cut after a reply with tool calls lacks, or None."""
+    last = messages[-1] if messages else None
+    if last is None or last.role != "assistant" or not last.tool_uses:
+        return None
+    return ModelMessage(
+        role="user",
+        content=[
+            ToolResultBlock(
+                tool_use_id=call.id,
+                content=f"Tool {call.name!r} did not finish: its query ended before its result "
+                "was recorded. Whether it took effect is unknown: check before calling it again.",
+                is_error=True,
+            )
+            for call in last.tool_uses
+        ],
+    )
 
 
 def define_history_store(

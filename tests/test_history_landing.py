@@ -349,13 +349,13 @@ async def test_a_store_cut_inside_a_compacted_query_takes_temporal_s_conversatio
     assert await create_jsonl_history_store(path=path).load() == history
 
 
-async def test_a_store_cut_inside_a_terminated_query_goes_back_to_before_it(
+async def test_a_store_cut_inside_a_terminated_query_keeps_its_prompt(
     make_agent, fake_anthropic, tmp_path
 ):
     """The last query's workflow was terminated (``temporal workflow terminate``) after its
-    process died inside it: the next Agent continues from the conversation that went into
-    that query, and the store is brought to it (before: Temporal's copy read as empty, and
-    the store was emptied)."""
+    process died inside it, waiting on its model: the next Agent continues from what that run
+    had landed, its prompt included, and the store that holds it is left as it is (before:
+    it was rewound to the query before; earlier still, emptied)."""
     session = f"s{uuid.uuid4().hex[:10]}"
     fake_anthropic.set_handler(Script(text("1"), hang(30), text("3")))
     first = make_agent(session_id=session)
@@ -366,16 +366,18 @@ async def test_a_store_cut_inside_a_terminated_query_goes_back_to_before_it(
     assert (await hung).is_error
     # what the dead process's store held: the first exchange and the terminated prompt
     path = tmp_path / "terminated.jsonl"
-    await create_jsonl_history_store(path=path).replace(
-        [*await first.get_history(), ModelMessage(role="user", content="two")]
-    )
+    held = [*(await first.get_history())[:2], ModelMessage(role="user", content="two")]
+    await create_jsonl_history_store(path=path).replace(held)
 
     later = make_agent(session_id=session, history_store=create_jsonl_history_store(path=path))
     result = await later.prompt("three")
 
     assert result.result == "3"
-    assert [m["content"] for m in fake_anthropic.requests[-1].messages][::2] == ["one", "three"]
-    assert await create_jsonl_history_store(path=path).load() == await later.get_history()
+    sent = fake_anthropic.requests[-1].messages
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert "two" in json.dumps(sent[2]) and "three" in json.dumps(sent[2])  # one user turn
+    stored = await create_jsonl_history_store(path=path).load()
+    assert stored[:3] == held and stored == await later.get_history()
 
 
 # -- crashes ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 from .. import _settings
 from .._approvals import ApprovalDecision
 from .._errors import ApprovalError, HistoryStoreError, HookError, OptionError, TracerError
-from .._history import QueryMirror
+from .._history import QueryMirror, same_messages
 from .._messages import (
     AssistantMessage,
     ContentBlock,
@@ -507,8 +507,17 @@ class QueryRun:
     async def _collect(
         self, runtime: Runtime, output: AgentRunOutput | None, new_messages: list[ModelMessage]
     ) -> None:
-        """The messages the run added (resolved from the transcript) and its final head."""
+        """The messages the run added (resolved from the transcript) and its final head; a run
+        that closed without an output (terminated, timed out) adds what it had landed."""
         if output is None:
+            landed = await runtime.landed(self.workflow_id)
+            before = self.agent.session.history
+            if landed is None:
+                return
+            if same_messages(landed[: len(before)], before):
+                new_messages.extend(landed[len(before) :])
+            else:  # the run had compacted the conversation
+                self.transcript = landed
             return
         transcript, added, self.final_head = await runtime.run_transcript(output)
         if output.compacted:

@@ -45,6 +45,7 @@ from ._attach import attached_messages
 from ._connection import PemSource, TemporalConnection
 from ._follow import Landed, published
 from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
+from ._landed import landed_conversation
 from ._open import open_client
 from ._orphans import (
     PRIVATE_STICKY_TIMEOUT,
@@ -430,6 +431,11 @@ class Runtime:
             self._transcripts = open_transcript_store()
         return self._transcripts
 
+    async def landed(self, workflow_id: str) -> list[ModelMessage] | None:
+        """The conversation as a run that closed without an output (terminated, timed out)
+        had landed it, or None when it landed no reply (``_landed``)."""
+        return await landed_conversation(self.client, self.transcripts, workflow_id)
+
     async def run_transcript(
         self, output: AgentRunOutput, run_input: AgentRunInput | None = None
     ) -> tuple[list[ModelMessage], list[ModelMessage], str | None]:
@@ -482,7 +488,9 @@ class Runtime:
             started.input.payloads, [AgentRunInput]
         )
         output = await self._output(workflow_id)
-        if output is None:  # the last query failed: the conversation as it went into it
+        if output is None and (landed := await self.landed(workflow_id)) is not None:
+            return landed, low  # ended from outside: what it had landed (see _landed)
+        if output is None:  # it landed nothing: the conversation as it went into it
             if run_input.head is None:  # a run from before transcripts: history by value
                 return list(run_input.history), low
             store = self.transcripts
