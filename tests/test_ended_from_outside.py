@@ -30,21 +30,31 @@ def roles(messages: list[ModelMessage]) -> list[str]:
     return [m.role for m in messages]
 
 
+class Tools:
+    """``record`` (its calls noted in ``effects``) and ``hold`` (never returns; ``holding``
+    is set once it runs)."""
+
+    def __init__(self) -> None:
+        self.effects: list[str] = []
+        self.holding = asyncio.Event()
+
+        async def record(note: Note) -> str:
+            self.effects.append(note.text)
+            return f"recorded {note.text}"
+
+        async def hold(note: Note) -> str:
+            self.holding.set()
+            await asyncio.sleep(3600)
+            return "never"
+
+        self.tools = [tool("record", "Record.", Note, record), tool("hold", "Hold.", Note, hold)]
+
+
 async def test_a_terminated_run_keeps_its_turns_in_the_session_and_the_store(
     fake_anthropic, lattice_runtime, tmp_path
 ):
-    effects: list[str] = []
-    holding = asyncio.Event()
-
-    async def record(note: Note) -> str:
-        effects.append(note.text)
-        return f"recorded {note.text}"
-
-    async def hold(note: Note) -> str:
-        holding.set()
-        await asyncio.sleep(3600)
-        return "never"
-
+    made = Tools()
+    effects, holding = made.effects, made.holding
     fake_anthropic.set_handler(
         Script(
             tool_use("record", {"text": "paid"}),
@@ -63,7 +73,7 @@ async def test_a_terminated_run_keeps_its_turns_in_the_session_and_the_store(
             name="terminated",
             session_id=session,
             history_store=create_jsonl_history_store(path=path),
-            tools=[tool("record", "Record.", Note, record), tool("hold", "Hold.", Note, hold)],
+            tools=made.tools,
         )
 
     first = agent()
@@ -108,15 +118,8 @@ async def test_a_new_process_resumes_a_terminated_run_with_what_it_landed(
     fake_anthropic, lattice_runtime, tmp_path
 ):
     """Without a history store: the session resumed from Temporal alone keeps the turns."""
-    holding = asyncio.Event()
-
-    async def record(note: Note) -> str:
-        return f"recorded {note.text}"
-
-    async def hold(note: Note) -> str:
-        holding.set()
-        await asyncio.sleep(3600)
-        return "never"
+    made = Tools()
+    holding = made.holding
 
     fake_anthropic.set_handler(
         Script(tool_use("record", {"text": "a"}), tool_use("hold", {"text": "b"}), text("resumed"))
@@ -130,7 +133,7 @@ async def test_a_new_process_resumes_a_terminated_run_with_what_it_landed(
             model="claude-test",
             name="cutoff",
             session_id=session,
-            tools=[tool("record", "Record.", Note, record), tool("hold", "Hold.", Note, hold)],
+            tools=made.tools,
         )
 
     running = asyncio.create_task(agent().prompt("go"))
