@@ -169,6 +169,33 @@ def _dying_store(path: str):
     return define_history_store(load=inner.load, append=append, replace=replace)
 
 
+def build_thrifty_supervisor(base_url: str):
+    """A supervisor with a budget (priced, $0.05) whose delegate spends until stopped."""
+    from agent_lattice import agent_tool
+
+    spender = create_agent(
+        name="spender",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-sonnet-4-5",
+        system_prompt="You are spender.",
+        tools=[
+            tool("record", "Record a note", Note, record),
+            tool("block", "Record a note slowly", Note, block, idempotent=True),
+        ],
+        max_turns=30,
+    )
+    return create_agent(
+        name="thrifty",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-sonnet-4-5",
+        system_prompt="You are thrifty.",
+        tools=[agent_tool("spend", spender)],
+        max_budget_usd=0.05,
+    )
+
+
 def build_keeping_supervisor(base_url: str):
     """A supervisor whose child is a live Agent with its own JSONL history store (at
     ``LATTICE_TEST_CHILD_STORE``)."""
@@ -239,6 +266,7 @@ async def _serve(address: str, base_url: str) -> None:
         build_approving_agent(base_url),
         build_supervisor(base_url),
         build_keeping_supervisor(base_url),
+        build_thrifty_supervisor(base_url),
         build_team(base_url).lead,
     ]
     # a test that waits out a killed worker's sticky queue may shorten it (default 10 s)
