@@ -124,6 +124,14 @@ def build_compacting_agent(base_url: str):
     )
 
 
+def _note_tools():
+    """``record``, and ``block`` (idempotent: a call cut off runs again)."""
+    return [
+        tool("record", "Record a note", Note, record),
+        tool("block", "Record a note slowly", Note, block, idempotent=True),
+    ]
+
+
 def build_supervisor(base_url: str):
     from agent_lattice import agent_tool, define_agent
 
@@ -133,10 +141,7 @@ def build_supervisor(base_url: str):
         base_url=base_url,
         model="claude-test",
         system_prompt="You are subworker.",
-        tools=[
-            tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block, idempotent=True),
-        ],
+        tools=_note_tools(),
     )
     return create_agent(
         name="boss",
@@ -179,10 +184,7 @@ def build_thrifty_supervisor(base_url: str):
         base_url=base_url,
         model="claude-sonnet-4-5",
         system_prompt="You are spender.",
-        tools=[
-            tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block, idempotent=True),
-        ],
+        tools=_note_tools(),
         max_turns=30,
     )
     return create_agent(
@@ -207,10 +209,7 @@ def build_keeping_supervisor(base_url: str):
         base_url=base_url,
         model="claude-test",
         system_prompt="You are scribe.",
-        tools=[
-            tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block, idempotent=True),
-        ],
+        tools=_note_tools(),
         history_store=_dying_store(os.environ.get("LATTICE_TEST_CHILD_STORE", "scribe.jsonl")),
     )
     return create_agent(
