@@ -136,7 +136,8 @@ class AgentConfig:
     approval_timeout_s: float | None = None
     # USD per million tokens for this agent's requests (None: the price list's, by model)
     pricing: ModelPrice | None = None
-    max_budget_usd: float | None = None  # a query ends error_max_budget once it spent this
+    # a query ends error_max_budget once it (everything it reached included) spent this
+    max_budget_usd: float | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:

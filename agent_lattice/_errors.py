@@ -168,8 +168,9 @@ class AbortError(AgentRunError):
 
 
 class MaxBudgetError(AgentRunError):
-    """The query's model requests cost ``max_budget_usd`` before it finished
-    (``error_max_budget``): no further request was started."""
+    """The query's model requests, its delegates' and team members' included, cost
+    ``max_budget_usd`` before it finished (``error_max_budget``): no further request was
+    started. A delegated run ends so too when the query it works for spent its budget."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, subtype="error_max_budget")

@@ -81,7 +81,8 @@ class AgentOptions(TypedDict, total=False):
     approval_timeout_s: float | None
     # USD per million tokens: {"input", "output", "cache_write", "cache_read"} or a ModelPrice
     pricing: Mapping[str, float] | Any
-    # a query ends with error_max_budget once its cost reached this (US dollars)
+    # a query ends with error_max_budget once its cost, its delegates' and team members'
+    # included, reached this (US dollars)
     max_budget_usd: float | None
 
 

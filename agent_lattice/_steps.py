@@ -115,9 +115,15 @@ class LoopState:
     # a recovery compaction under way: the event it answers, which stands if it fails
     recovering: ModelReplied | ModelFailed | None = None
     # max_budget_usd (None: no budget), and what the query's model requests cost so far
-    # (those with a known price; finished children's included): the workflow observes it
+    # (those with a known price; its delegated runs' and team members' included, as they
+    # reported them): the workflow observes it
     max_budget_usd: float | None = None
     spent_usd: float = 0.0
+    # the budget of a query this run was started under (delegated, or a team member's work),
+    # the one with the least left when several, and what that query had spent when it last
+    # said (the workflow asks before each model request)
+    outer_budget_usd: float | None = None
+    outer_spent_usd: float = 0.0
 
 
 # Steps: what to do next.
@@ -222,18 +228,31 @@ def _turn(state: LoopState) -> Step:
 
 
 def _over_budget(state: LoopState) -> bool:
-    """The next model request would start past the budget (a compaction is one too)."""
+    """The next model request would start past a budget, the query's own or one it was
+    started under (a compaction is a request too)."""
+    return _over_own_budget(state) or (
+        state.outer_budget_usd is not None and state.outer_spent_usd >= state.outer_budget_usd
+    )
+
+
+def _over_own_budget(state: LoopState) -> bool:
     return state.max_budget_usd is not None and state.spent_usd >= state.max_budget_usd
 
 
 def _budget_spent(state: LoopState) -> Finish:
+    if _over_own_budget(state):
+        message = (
+            f"spent ${state.spent_usd:.4f} of max_budget_usd "
+            f"(${state.max_budget_usd:g}) without a final answer"
+        )
+    else:
+        message = (
+            f"the query this run works for spent ${state.outer_spent_usd:.4f} of its "
+            f"max_budget_usd (${state.outer_budget_usd:g}) without a final answer"
+        )
     return Finish(
         "error_max_budget",
-        error=ErrorInfo(
-            type=ErrorKind.MAX_BUDGET,
-            message=f"spent ${state.spent_usd:.4f} of max_budget_usd "
-            f"(${state.max_budget_usd:g}) without a final answer",
-        ),
+        error=ErrorInfo(type=ErrorKind.MAX_BUDGET, message=message),
         state=state,
     )
 

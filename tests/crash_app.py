@@ -124,6 +124,14 @@ def build_compacting_agent(base_url: str):
     )
 
 
+def _note_tools():
+    """``record``, and ``block`` (idempotent: a call cut off runs again)."""
+    return [
+        tool("record", "Record a note", Note, record),
+        tool("block", "Record a note slowly", Note, block, idempotent=True),
+    ]
+
+
 def build_supervisor(base_url: str):
     from agent_lattice import agent_tool, define_agent
 
@@ -133,10 +141,7 @@ def build_supervisor(base_url: str):
         base_url=base_url,
         model="claude-test",
         system_prompt="You are subworker.",
-        tools=[
-            tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block, idempotent=True),
-        ],
+        tools=_note_tools(),
     )
     return create_agent(
         name="boss",
@@ -169,6 +174,30 @@ def _dying_store(path: str):
     return define_history_store(load=inner.load, append=append, replace=replace)
 
 
+def build_thrifty_supervisor(base_url: str):
+    """A supervisor with a budget (priced, $0.05) whose delegate spends until stopped."""
+    from agent_lattice import agent_tool
+
+    spender = create_agent(
+        name="spender",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-sonnet-4-5",
+        system_prompt="You are spender.",
+        tools=_note_tools(),
+        max_turns=30,
+    )
+    return create_agent(
+        name="thrifty",
+        api_key=API_KEY,
+        base_url=base_url,
+        model="claude-sonnet-4-5",
+        system_prompt="You are thrifty.",
+        tools=[agent_tool("spend", spender)],
+        max_budget_usd=0.05,
+    )
+
+
 def build_keeping_supervisor(base_url: str):
     """A supervisor whose child is a live Agent with its own JSONL history store (at
     ``LATTICE_TEST_CHILD_STORE``)."""
@@ -180,10 +209,7 @@ def build_keeping_supervisor(base_url: str):
         base_url=base_url,
         model="claude-test",
         system_prompt="You are scribe.",
-        tools=[
-            tool("record", "Record a note", Note, record),
-            tool("block", "Record a note slowly", Note, block, idempotent=True),
-        ],
+        tools=_note_tools(),
         history_store=_dying_store(os.environ.get("LATTICE_TEST_CHILD_STORE", "scribe.jsonl")),
     )
     return create_agent(
@@ -239,6 +265,7 @@ async def _serve(address: str, base_url: str) -> None:
         build_approving_agent(base_url),
         build_supervisor(base_url),
         build_keeping_supervisor(base_url),
+        build_thrifty_supervisor(base_url),
         build_team(base_url).lead,
     ]
     # a test that waits out a killed worker's sticky queue may shorten it (default 10 s)

@@ -207,6 +207,7 @@ def test_each_helper_schedules_its_own_activity(monkeypatch):
         ActivityName.TEAM_SETTLE: lambda: contract.settle_mail(None, summary=""),
         ActivityName.TEAM_LEAD_MAIL: lambda: contract.deliver_lead_mail(None, summary=""),
         ActivityName.LAND_MESSAGE: lambda: contract.land_message(None, summary=""),
+        ActivityName.REPORT_SPEND: lambda: contract.report_spend(None, summary=""),
     }
     assert set(calls) | {ActivityName.TEAM_ADAPTER} == set(ActivityName)
     for name, call in calls.items():
@@ -239,6 +240,7 @@ def test_presets_are_typed_values_and_name_only_known_failures():
         contract.MAIL_CLAIM,
         contract.MAIL_SETTLE,
         contract.LAND,
+        contract.SPEND,
     ]
     known = {t.value for t in FailureType}
     for preset in presets:

@@ -18,7 +18,7 @@ from agent_lattice import (
     team_member,
 )
 from agent_lattice._messages import Usage
-from agent_lattice.testing import Script, text, tool_use
+from agent_lattice.testing import Script, message, text, tool_use, tool_use_block
 
 from conftest import API_KEY, by_agent, make_calculator
 
@@ -32,7 +32,7 @@ TURN = {
 TURN_USD = (1000 * 3 + 200 * 15 + 400 * 3.75 + 5000 * 0.30) / 1e6  # 0.009
 
 
-def priced(fake, name: str, model: str = "claude-sonnet-4-5"):
+def priced(fake, name: str, model: str = "claude-sonnet-4-5", **options):
     """An agent on a model of the price list, "You are <name>." (see by_agent)."""
     return create_bare_agent(
         api_key=API_KEY,
@@ -40,6 +40,7 @@ def priced(fake, name: str, model: str = "claude-sonnet-4-5"):
         model=model,
         name=name,
         system_prompt=f"You are {name}.",
+        **options,
     )
 
 
@@ -227,3 +228,158 @@ async def test_a_querys_budget_overrides_the_agents(make_agent, fake_anthropic):
     result = await agent.prompt("Add forever.", max_budget_usd=0.001)
 
     assert result.subtype == "error_max_budget" and result.num_turns == 1
+
+
+def adding(request):
+    """Every reply calls the calculator: an agent answered so never finishes on its own."""
+    return tool_use("calculator", {"expr": "1+1"}, usage=TURN)
+
+
+def adding_forever(fake, name: str, **options):
+    """A priced agent whose every reply calls the calculator (see ``adding``): it spends
+    TURN_USD a request until something stops it (its max_turns, 15, at most $0.135)."""
+    options.setdefault("max_turns", 15)
+    return priced(fake, name, tools=[make_calculator()], **options)
+
+
+def boss_of(make_agent, budget: float, *tools, **options):
+    """The supervisor "boss" on a priced model, with a budget and agent tools."""
+    return make_agent(
+        name="boss",
+        model="claude-sonnet-4-5",
+        system_prompt="You are boss.",
+        max_budget_usd=budget,
+        tools=list(tools),
+        **options,
+    )
+
+
+def digging(make_agent, fake, *, boss_budget: float, middle_budget: float | None = None):
+    """boss -> middle -> digger, one ask each; the digger adds forever."""
+    fake.set_handler(
+        by_agent(
+            boss=delegating_once("explore", "ask"),
+            middle=delegating_once("dig", "ask"),
+            digger=adding,
+        )
+    )
+    digger = agent_tool("dig", adding_forever(fake, "digger"), description="Dig.")
+    middle = priced(fake, "middle", max_budget_usd=middle_budget, tools=[digger])
+    return boss_of(make_agent, boss_budget, agent_tool("explore", middle, description="Go."))
+
+
+def calling_both(first: str, second: str, **input: str) -> Script:
+    """A reply calling two tools at once, then a final answer (never reached past a budget)."""
+    return Script(
+        message(
+            [
+                tool_use_block(first, {"task": "Go.", **input}),
+                tool_use_block(second, {"task": "Go.", **input}),
+            ],
+            stop_reason="tool_use",
+            usage=TURN,
+        ),
+        text("Done.", usage=TURN),
+    )
+
+
+def within_budget(result: ResultMessage, budget: float, agents: int) -> None:
+    """The query stopped at its budget: it spent at least the budget and at most one request
+    more per agent of the tree (each may have had one running as the budget was reached)."""
+    assert result.subtype == "error_max_budget", (result.subtype, result.result)
+    assert result.total_cost_usd is not None
+    assert budget <= result.total_cost_usd <= budget + agents * TURN_USD + 1e-9
+    with pytest.raises(MaxBudgetError):
+        result.raise_for_error()
+
+
+def last_tool_result(fake) -> str:
+    """The content of the first tool result of the last request."""
+    return str(fake.requests[-1].messages[-1]["content"][0]["content"])
+
+
+async def test_a_supervisors_budget_bounds_its_delegates(make_agent, fake_anthropic):
+    """Two delegates that would spend $0.135 each run at once under a supervisor's $0.05: the
+    query stops at its budget, each agent's cost named."""
+    fake_anthropic.set_handler(
+        by_agent(boss=calling_both("left", "right", mode="ask"), west=adding, east=adding)
+    )
+    boss = boss_of(
+        make_agent,
+        0.05,
+        agent_tool("left", adding_forever(fake_anthropic, "west"), description="West."),
+        agent_tool("right", adding_forever(fake_anthropic, "east"), description="East."),
+        tool_concurrency={"mode": "all"},
+    )
+
+    result = await boss.prompt("Add things.")
+
+    within_budget(result, 0.05, agents=3)
+    assert set(result.cost_by_agent) == {"boss", "west", "east"}
+    assert result.cost_by_agent["boss"] == pytest.approx(TURN_USD)  # no request past its first
+    assert sum(c or 0 for c in result.cost_by_agent.values()) == pytest.approx(
+        result.total_cost_usd
+    )
+
+
+async def test_a_budget_bounds_a_delegates_own_delegates(make_agent, fake_anthropic):
+    """A budget bounds the whole tree: a delegate's delegate draws from it too."""
+    boss = digging(make_agent, fake_anthropic, boss_budget=0.05)
+
+    result = await boss.prompt("Look deep.")
+
+    within_budget(result, 0.05, agents=3)
+    assert set(result.cost_by_agent) == {"boss", "middle", "digger"}
+
+
+async def test_a_delegates_own_budget_still_applies(make_agent, fake_anthropic):
+    fake_anthropic.set_handler(by_agent(boss=delegating_once("explore", "ask"), explorer=adding))
+    explorer = adding_forever(fake_anthropic, "explorer", max_budget_usd=0.02)
+    boss = boss_of(make_agent, 1.0, agent_tool("explore", explorer, description="Explore."))
+
+    result = await boss.prompt("Look around.")
+
+    # the explorer stopped at its own $0.02 (three requests); the boss went on and answered
+    assert result.subtype == "success" and result.result == "Done."
+    assert result.cost_by_agent == {
+        "boss": pytest.approx(2 * TURN_USD),
+        "explorer": pytest.approx(3 * TURN_USD),
+    }
+    assert "error_max_budget" in last_tool_result(fake_anthropic)
+
+
+async def test_a_delegates_own_budget_bounds_its_own_delegates(make_agent, fake_anthropic):
+    """A budget on a delegate's agent bounds what its runs reach too; the supervisor, under a
+    larger budget, goes on when the delegate stops."""
+    boss = digging(make_agent, fake_anthropic, boss_budget=1.0, middle_budget=0.03)
+
+    result = await boss.prompt("Look deep.")
+
+    assert result.subtype == "success" and result.result == "Done."
+    middles = result.cost_by_agent["middle"] + result.cost_by_agent["digger"]
+    assert 0.03 <= middles <= 0.03 + 2 * TURN_USD + 1e-9
+    assert result.cost_by_agent["boss"] == pytest.approx(2 * TURN_USD)
+    assert "agent 'middle' did not finish: error_max_budget" in last_tool_result(fake_anthropic)
+
+
+@pytest.mark.parametrize("on", ["agent", "query"])
+async def test_a_team_leads_budget_bounds_its_members(fake_anthropic, lattice_runtime, on):
+    """Two members working at once draw from the lead's $0.05 (its agent's or the query's)."""
+    fake_anthropic.set_handler(
+        by_agent(lead=calling_both("west", "east", mode="handoff"), west=adding, east=adding)
+    )
+    team = create_team(
+        name="thrift",
+        lead=priced(fake_anthropic, "lead", max_budget_usd=0.05 if on == "agent" else 9.0),
+        members=[
+            team_member(name=name, role="executor", agent=adding_forever(fake_anthropic, name))
+            for name in ("west", "east")
+        ],
+        runner={"max_concurrent_work_items": 2},
+    )
+
+    result = await team.prompt("Add things.", **({"max_budget_usd": 0.05} if on == "query" else {}))
+
+    within_budget(result, 0.05, agents=3)
+    assert set(result.cost_by_agent) == {"lead", "west", "east"}
+    assert result.cost_by_agent["lead"] == pytest.approx(TURN_USD)

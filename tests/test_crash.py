@@ -37,6 +37,7 @@ from crash_app import (
     build_compacting_agent,
     build_supervisor,
     build_team,
+    build_thrifty_supervisor,
 )
 
 pytestmark = pytest.mark.slow  # real processes killed
@@ -256,6 +257,40 @@ async def test_kill_mid_compaction_neither_loses_history_nor_compacts_twice(
     assert "Summary: A was recorded." in history[0].blocks[0].text
     assert sum("Summary:" in b.text for m in history for b in m.blocks if b.type == "text") == 1
     assert history[2].content[0].content == "recorded A"  # the recent tool round is intact
+
+
+async def test_kill_while_a_delegate_spends_keeps_the_budgets_books(
+    remote_runtime, fake_anthropic, workers, effects
+):
+    """The supervisor's books (what its delegate reported spending) live in its workflow: a
+    worker killed mid-delegation leaves the delegate stopping at the same budget."""
+    turn = {"input_tokens": 1000, "output_tokens": 200}  # $0.006 at claude-sonnet-4-5 prices
+    spender_turns: list[int] = []
+
+    def model(request: RecordedRequest) -> Reply:
+        if "You are thrifty." in (request.system or ""):
+            if request.tool_results:
+                return text("thrifty is done", usage=turn)
+            return tool_use("spend", {"task": "Record notes until stopped."}, usage=turn)
+        spender_turns.append(request.index)
+        if len(spender_turns) == 4:  # the fourth request's call is cut off by the kill
+            return tool_use("block", {"text": "B"}, usage=turn)
+        return tool_use("record", {"text": str(len(spender_turns))}, usage=turn)
+
+    fake_anthropic.set_handler(model)
+    boss = build_thrifty_supervisor(fake_anthropic.base_url)
+    first = await workers()
+    query = asyncio.ensure_future(boss.prompt("Spend.", runtime=remote_runtime))
+
+    result = await kill_when(lambda: "block-start:B" in effects.read_text(), first, workers, query)
+
+    assert result.subtype == "error_max_budget", result.result
+    assert set(result.cost_by_agent) == {"thrifty", "spender"}
+    # $0.05 is reached with the ninth request (the spender's eighth): it asks no more, and
+    # none of its requests before the kill was forgotten
+    assert len(spender_turns) == 8
+    assert result.total_cost_usd == pytest.approx(9 * 0.006)
+    assert result.cost_by_agent["spender"] == pytest.approx(8 * 0.006)
 
 
 async def test_kill_while_a_child_agent_runs_finishes_both(

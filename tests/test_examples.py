@@ -60,6 +60,11 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "The explorer reports: Delegation lives in _delegation.py",
         "usage by agent: {'explorer':",
     ),
+    "tree_budget.py": (
+        "subtype: error_max_budget",
+        "agents: researcher_a, researcher_b, supervisor",
+        "within the budget plus one request per agent: True",
+    ),
     "structured_delegation.py": (
         "tool result: {'files': ['runner.py', 'mailbox.py'], 'notes': 'runner drives mailboxes'}",
         'judge said: {"guilty": false, "reason": "the documents agree"}',

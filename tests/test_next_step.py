@@ -384,6 +384,26 @@ def test_an_overflow_past_the_budget_is_not_recovered_by_a_summary_request():
     assert isinstance(step, Finish) and step.subtype == "error_max_budget"
 
 
+def test_a_run_stops_at_the_budget_of_the_query_it_works_for():
+    """A delegated run (or a team member's work) draws from its caller's budget: past what
+    that query spent as it last said, no request starts, whatever the run's own budget."""
+    outer = replace(STATE, turns=1, turns_this_run=1, outer_budget_usd=0.5, outer_spent_usd=0.5)
+    step = next_step(replace(outer, max_budget_usd=10.0, spent_usd=0.1), BatchDone())
+    assert isinstance(step, Finish) and step.subtype == "error_max_budget"
+    assert step.error is not None and step.error.type == "MaxBudgetError"
+    assert step.error.message == (
+        "the query this run works for spent $0.5000 of its max_budget_usd ($0.5) without a "
+        "final answer"
+    )
+    # its own budget, spent first, is the one named
+    own = next_step(replace(outer, max_budget_usd=0.1, spent_usd=0.1), BatchDone())
+    assert isinstance(own, Finish) and own.error is not None
+    assert own.error.message.startswith("spent $0.1000 of max_budget_usd ($0.1)")
+    under = replace(outer, outer_spent_usd=0.4999)
+    assert isinstance(next_step(under, BatchDone()), RequestModel)
+    assert isinstance(next_step(replace(outer, outer_budget_usd=None), Started()), RequestModel)
+
+
 def test_an_interrupt_or_abort_wins_over_the_budget():
     spent = replace(STATE, turns=1, max_budget_usd=0.01, spent_usd=1.0)
     assert next_step(replace(spent, interrupted=True), BatchDone()) == Finish(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from ._budget import BudgetActivities
 from ._delegation import DelegationActivities
 from ._model import ModelActivities
 from ._team import TeamActivities
 from ._tool_calls import ToolActivities
 
 
-class AgentActivities(ModelActivities, ToolActivities, TeamActivities, DelegationActivities):
+class AgentActivities(
+    ModelActivities, ToolActivities, TeamActivities, DelegationActivities, BudgetActivities
+):
     """The activities of every agent a worker serves; holds the registry it resolves keys in.
 
     Temporal registers an activity method bound to one instance, so the concerns are mixins

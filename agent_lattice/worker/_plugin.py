@@ -155,6 +155,7 @@ class LatticePlugin(SimplePlugin):
                 activities.tool_result_hooks,
                 activities.trace,
                 activities.check_tool_input,
+                activities.report_spend,
             ]
             if activities
             else None,

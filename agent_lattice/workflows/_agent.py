@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from . import _contract as contract
     from ._approvals import Approvals
+    from ._budget import Budget, budget_of
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
     from ._landing import StoreLanding
@@ -76,7 +77,7 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, CommitSource):
+class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Progress, CommitSource):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -96,9 +97,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
             turns=carried.turns if carried else 0,
             last_input_tokens=carried.last_input_tokens if carried else input.last_input_tokens,
             recovered=carried.recovered if carried else False,
-            max_budget_usd=input.max_budget_usd
-            if input.max_budget_usd is not None
-            else agent.max_budget_usd,
+            max_budget_usd=budget_of(input),
         )
         self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
         self._published = carried.published if carried else 0
@@ -112,6 +111,9 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
         self._cost_usd = carried.cost_usd if carried else 0.0
         self._cost_unknown = carried.cost_unknown if carried else False
         self._cost_by_agent = dict(carried.cost_by_agent) if carried else {}
+        self._ledger = dict(carried.ledger) if carried else {}
+        self._said = {}
+        self._reported_usd = None
         self._handoffs: set[str] = set()  # tool_use ids whose team report is awaited
         self._reports: dict[str, Report] = {}
         self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
@@ -278,6 +280,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
             cost_usd=self._cost_usd,
             cost_unknown=self._cost_unknown,
             cost_by_agent=self._cost_by_agent,
+            ledger=self._ledger,
         )
         await self._stream.continue_as_new(
             lambda state: [
@@ -292,6 +295,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
         event: Event = Started()
         while True:
             step = next_step(self._observed(), event)
+            if isinstance(step, RequestModel | Compact) and await self._ask_banks():
+                step = next_step(self._observed(), event)  # with what its banks said
             self._state = step.state
             if isinstance(step, Finish):
                 return await self._finish_step(step)
@@ -305,13 +310,17 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
                 event = await self._batch_step(step)
 
     def _observed(self) -> LoopState:
-        """The loop state with what came from outside: signals, and a long history."""
+        """The loop state with what came from outside: signals, a long history, and what the
+        query and the queries it works for spent."""
+        outer = self._outer
         return replace(
             self._state,
             interrupted=self._interrupted,
             aborted=self._aborted,
             continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
             spent_usd=self._spent_usd(),
+            outer_budget_usd=outer.max_budget_usd if outer else None,
+            outer_spent_usd=outer.spent_usd if outer else 0.0,
         )
 
     async def _request_step(self) -> ModelReplied | ModelFailed:
@@ -366,6 +375,8 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
             elif step.refused:
                 outcomes = self._made([ToolCallOutput(block=b) for b in step.refused])
             else:
+                if any(u.name in input.agent.delegates for u in reply.tool_uses):
+                    await self._report_spending(if_changed=True)  # delegates start from it
                 outcomes = await self._run_tools(reply, set(output.concurrency_safe))
             outcomes = await self._hook_made_here(reply, outcomes)
         except (ActivityError, ApplicationError) as err:
@@ -528,6 +539,7 @@ class AgentWorkflow(ToolBatch, Delegating, Approvals, StoreLanding, Progress, Co
         error: ErrorInfo | None = None,
     ) -> AgentRunOutput:
         info = workflow.info()
+        await self._report_spending(if_changed=True)  # the banks hear of its last request
         if self._landing is not None and self._landing.error is not None:
             subtype, error = "error_during_execution", self._landing.error  # its store failed
         if self._traced:

@@ -8,6 +8,8 @@ from temporalio import workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from ._budget import budget_of
+    from ._budget_types import Bank
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
@@ -21,15 +23,22 @@ __all__ = ["signal_quietly", "start_child", "start_query"]
 
 
 async def start_child(
-    child: ChildQuery, parent: AgentRunInput, *, summary: str
+    child: ChildQuery, parent: AgentRunInput, *, parent_id: str, summary: str
 ) -> workflow.ChildWorkflowHandle[Any, AgentRunOutput]:
     """A delegated query (or handed-off work) as a child workflow, with its parent's
-    activity settings (and search attributes when the parent has them)."""
+    activity settings (and search attributes when the parent has them). ``parent`` is the
+    query it works for, run as workflow ``parent_id``: the child draws from its budget, and
+    from every budget the parent draws from."""
+    banks = list(parent.banks)
+    budget = budget_of(parent)
+    if budget is not None:
+        banks.append(Bank(workflow_id=parent_id, max_budget_usd=budget))
     query = child.child.model_copy(
         update={
             "settings": parent.settings,
             "search_attributes": parent.search_attributes,
             "index_every_s": parent.index_every_s,
+            "banks": banks,
         }
     )
     team = child.team if isinstance(child, TeamChild) else None

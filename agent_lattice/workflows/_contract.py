@@ -24,6 +24,7 @@ from temporalio.workflow import ActivityCancellationType
 from .._mailbox import TeamMessage
 from .._messages import ErrorKind, ResultMessage, ToolResultBlock
 from ._approval_types import InputProblem, ToolInputCheck
+from ._budget_types import SpendReport, Statement
 from ._mail_types import LeadMail, MailClaim, MailClaimed, MailSettled
 from ._types import (
     ActivitySettings,
@@ -50,6 +51,8 @@ __all__ = [
     "MAIL_CLAIM",
     "MAIL_SETTLE",
     "PROVIDER_FAILURES",
+    "SPEND",
+    "SPEND_UPDATE",
     "TEAM_MAILBOX",
     "TEAM_REPORT",
     "TEAM_START",
@@ -73,6 +76,7 @@ __all__ = [
     "land_message",
     "mirror_mailbox",
     "model_preset",
+    "report_spend",
     "report_work",
     "request_model",
     "settle_mail",
@@ -104,6 +108,7 @@ class ActivityName(StrEnum):
     TEAM_SETTLE = "lattice.team_settle"
     TEAM_LEAD_MAIL = "lattice.team_lead_mail"
     LAND_MESSAGE = "lattice.land_message"
+    REPORT_SPEND = "lattice.report_spend"
 
 
 class FailureType(StrEnum):
@@ -300,6 +305,15 @@ LAND = Preset(
         ),
     ),
 )
+# the update a bank's run (an AgentWorkflow with a budget) takes a run's spending with
+SPEND_UPDATE = "spend"
+# a run's spending told to the banks it draws from (local: a marker). A bank whose query ended
+# is left out of the answer; one that does not answer (its worker is down) is asked again
+SPEND = Preset(
+    local=True,
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+)
 # best effort: the team's own mailbox backend
 TEAM_MAILBOX = Preset(
     local=True, start_to_close=timedelta(seconds=30), retry=RetryPolicy(maximum_attempts=3)
@@ -456,3 +470,13 @@ async def land_message(input: LandInput, preset: Preset = LAND, *, summary: str)
     """Whether the store holds the conversation up to the message, after writing it."""
     synced: bool = await _start(ActivityName.LAND_MESSAGE, input, bool, preset, summary)
     return synced
+
+
+async def report_spend(
+    input: SpendReport, preset: Preset = SPEND, *, summary: str
+) -> list[Statement]:
+    """What each bank that answered says its query spent, after this run's spending."""
+    said: list[Statement] = await _start(
+        ActivityName.REPORT_SPEND, input, list[Statement], preset, summary
+    )
+    return said

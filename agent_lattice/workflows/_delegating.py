@@ -85,6 +85,7 @@ class Delegating:
                 handle = await start_child(
                     prepared,  # the member is a team: its TeamWorkflow runs the query
                     input,
+                    parent_id=workflow.info().workflow_id,
                     summary=f"{prepared.child.agent.name} · delegated by {input.agent.name}",
                 )
                 self._children[use.id] = handle
@@ -211,10 +212,6 @@ class Delegating:
             self._cost_unknown = True
         else:
             self._cost_usd += cost
-
-    def _spent_usd(self) -> float:
-        """What the query spent that has a price: what its budget is measured against."""
-        return self._cost_usd + sum(c for c in self._cost_by_agent.values() if c is not None)
 
     def _cost_shares(self) -> dict[str, float | None]:
         """Each agent's cost, beside ``_usage_shares``: the children's, this agent's own."""

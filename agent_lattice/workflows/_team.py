@@ -278,7 +278,8 @@ class TeamWorkflow:
                 assert work is not None
                 handle = await start_child(
                     work,  # a nested team: its TeamWorkflow
-                    self._input.lead,
+                    self._input.lead,  # the member draws from the lead's budget
+                    parent_id=self._input.lead_workflow_id,
                     summary=f"{handoff.member} · team {handoff.team} · {handoff.work_item_id}",
                 )
                 self._running[handoff.work_item_id] = handle

@@ -27,6 +27,7 @@ from .._messages import (
     ToolUseBlock,
     Usage,
 )
+from ._budget_types import Bank
 
 __all__ = [
     "ActivitySettings",
@@ -183,6 +184,7 @@ class Continuation(BaseModel):
     cost_usd: float = 0.0
     cost_unknown: bool = False
     cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
+    ledger: dict[str, float] = Field(default_factory=dict)  # a bank's books (see Bank)
 
 
 class TraceParent(BaseModel):
@@ -234,6 +236,8 @@ class AgentRunInput(BaseModel):
     search_attributes: bool = False
     # settings.index_every_s; None: a run recorded before it, which upserts at every tool turn
     index_every_s: float | None = None
+    # the queries with a budget this run works for (delegated, a member's work), outermost first
+    banks: list[Bank] = Field(default_factory=list[Bank])
 
 
 class AgentRunOutput(BaseModel):
