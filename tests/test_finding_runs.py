@@ -98,9 +98,11 @@ async def test_a_run_past_its_budget_is_found_by_its_outcome(
         pricing={"input": 3.0, "output": 15.0, "cache_read": 0.3},
     )
 
-    result = await boss.prompt("Map the repository.\nThen report.", max_budget_usd=0.001)
+    # each of boss's requests costs $0.0075: the first leaves room for the scout, the second
+    # passes the budget, so the scout it asks next stops before its first request
+    result = await boss.prompt("Map the repository.\nThen report.", max_budget_usd=0.01)
 
-    assert result.subtype == "error_max_budget" and result.num_turns == 1
+    assert result.subtype == "error_max_budget" and result.num_turns == 2
     runtime = make_agent.runtime
     handle = runtime.client.get_workflow_handle(result.workflow_id)
     described = await handle.describe()
@@ -114,22 +116,24 @@ async def test_a_run_past_its_budget_is_found_by_its_outcome(
     assert attribute("LatticeModel") == "claude-sonnet-4-5"
     assert attribute("LatticeOutcome") == "error_max_budget"
     # the query's tokens, its child's included (as result.usage), cache reads counted in
-    assert attribute("LatticeInputTokens", SearchAttributeKey.for_int) == 2 * 6000
-    assert attribute("LatticeOutputTokens", SearchAttributeKey.for_int) == 2 * 200
+    assert attribute("LatticeInputTokens", SearchAttributeKey.for_int) == 3 * 6000
+    assert attribute("LatticeOutputTokens", SearchAttributeKey.for_int) == 3 * 200
     # the scout's cost is unknown, so the run's is: no cost attribute rather than a wrong one
     assert attribute("LatticeCostUsd", SearchAttributeKey.for_float) is None
     assert await described.memo_value("lattice_prompt") == "Map the repository."
     # the delegated child is known by its own attributes
-    (child,) = [
+    children = [
         e
         async for e in runtime.client.list_workflows(
             f'LatticeAgent = "scout" AND LatticeSession != "{boss.session_id}"'
             f' AND StartTime >= "{described.start_time.isoformat()}"'
         )
     ]
-    assert child.typed_search_attributes.get(SearchAttributeKey.for_keyword("LatticeOutcome")) == (
-        "success"
-    )
+    outcome = SearchAttributeKey.for_keyword("LatticeOutcome")
+    assert sorted(c.typed_search_attributes.get(outcome) for c in children) == [
+        "error_max_budget",  # the second, asked past the query's budget
+        "success",
+    ]
     await keep_history(runtime, result.workflow_id, "indexed_run")
 
     async def listed_by_temporal() -> bool:
@@ -154,7 +158,7 @@ async def test_a_run_past_its_budget_is_found_by_its_outcome(
         boss.session_id,
         "claude-sonnet-4-5",
     )
-    assert (row["input_tokens"], row["output_tokens"], row["cost_usd"]) == (12000, 400, None)
+    assert (row["input_tokens"], row["output_tokens"], row["cost_usd"]) == (18000, 600, None)
     assert row["prompt"] == "Map the repository."
     assert all(r["outcome"] == "error_max_budget" and r["agent"] == "boss" for r in rows)
     # the other filters narrow it too; a raw query composes with them

@@ -17,6 +17,7 @@ way (or had not reported yet) at that moment.
 from __future__ import annotations
 
 import asyncio
+import math
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -55,6 +56,13 @@ class Budget:
             spent_usd=self._spent_usd(),
             max_budget_usd=budget_of(self._input),
         )
+
+    @spend.validator
+    def _check_spending(self, spending: Spending) -> None:
+        """A report is a finite cost of zero or more, else refused (it never reaches the
+        books)."""
+        if not math.isfinite(spending.spent_usd) or spending.spent_usd < 0:
+            raise ValueError(f"a spending report of {spending.spent_usd!r} USD is not a cost")
 
     def _spent_usd(self) -> float:
         """What the query spent that has a price, what its budget is measured against: its
