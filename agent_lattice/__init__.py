@@ -119,6 +119,7 @@ from .worker import (
     EncryptionCodec,
     EncryptionKeys,
     LatticePlugin,
+    UnencryptedPayloadError,
     UnknownEncryptionKeyError,
     create_worker,
 )
@@ -207,6 +208,7 @@ __all__ = [
     "TraceEvent",
     "TracerError",
     "TranscriptMissing",
+    "UnencryptedPayloadError",
     "UnknownEncryptionKeyError",
     "Usage",
     "UserMessage",

@@ -14,8 +14,11 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── ConfigurationError     the runtime cannot be set up (no Temporal server, no API key, ...)
     │   ├── ServerUnreachableError  the Temporal server cannot be reached (or was lost) for longer
     │   │                           than the reconnect limit
-    │   └── UnknownEncryptionKeyError  a payload is encrypted with a key this process was not
-    │                                  given (``agent_lattice.worker``, with the codec)
+    │   ├── UnknownEncryptionKeyError  a payload is encrypted with a key this process (or the
+    │   │                              run's worker, for a start or an update) was not given
+    │   │                              (``agent_lattice.worker``, with the codec)
+    │   └── UnencryptedPayloadError    a payload reached a run unencrypted and its worker has
+    │                                  keys (strict): refused, not acted on
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
     ├── TracerError            a tracer bound with fail_on_error raised: likewise
     ├── HistoryStoreError      a history store created with fail_on_error failed
