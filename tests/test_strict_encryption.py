@@ -7,15 +7,13 @@ client with the default data converter, against the session's dev server."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import subprocess
 from collections.abc import AsyncIterator, Awaitable
 
 import pytest
-import pytest_asyncio
 from pydantic import BaseModel
+from temporalio.api.common.v1 import Payloads
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -45,23 +43,17 @@ from agent_lattice.testing import FAST_SETTINGS, Script, assert_eventually, text
 from agent_lattice.worker._encryption import EncryptionKeys, lattice_data_converter
 
 from conftest import HISTORIES, named_agent
-
-KEY_A = base64.b64encode(os.urandom(32)).decode()
-KEY_B = base64.b64encode(os.urandom(32)).decode()
+from test_encryption import KEY_A, KEY_B, encrypted  # noqa: F401 - a fixture
 
 
 class Payment(BaseModel):
     amount: int
 
 
-@pytest_asyncio.fixture
-async def strict(lattice_server: str, task_queue_prefix: str) -> AsyncIterator[Runtime]:
-    """A runtime with inline workers, encrypting with key ``a`` (strict: the default)."""
-    runtime = await Runtime.connect(
-        lattice_server, settings=FAST_SETTINGS, encryption_keys=f"a:{KEY_A}"
-    )
-    yield runtime
-    await runtime.close()
+@pytest.fixture
+def strict(encrypted: Runtime) -> Runtime:  # noqa: F811 - the fixture imported above
+    """A runtime with inline workers encrypting with key ``a``: strict, the default."""
+    return encrypted
 
 
 async def temporal(*argv: str, address: str) -> subprocess.CompletedProcess[str]:
@@ -237,3 +229,28 @@ def test_the_strict_setting_is_checked_by_name(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ConfigurationError) as caught:
         LatticePlugin(encryption_keys=f"a:{KEY_A}")
     assert str(caught.value) == "LATTICE_ENCRYPTION_STRICT='maybe' is not 'on' or 'off' (1 or 0)"
+
+
+async def test_a_result_the_worker_cannot_read_leaves_the_run_waiting(
+    strict: Runtime, fake_anthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An activity's result under a key the worker lacks (an activity worker given a new key
+    first): the run does not fail, its workflow task does, and is retried until the worker
+    has the key. Shown by replay: the start re-encrypted under key c, its results under a."""
+    fake_anthropic.set_handler(Script(text("Hello.")))
+    done = await named_agent(fake_anthropic, "greeter").prompt("Hi", runtime=strict)
+    assert done.workflow_id is not None
+    history = await strict.client.get_workflow_handle(done.workflow_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    under_c = lattice_data_converter(f"c:{KEY_B}")
+    values = await lattice_data_converter(f"a:{KEY_A}").decode(started.input.payloads)
+    started.input.CopyFrom(Payloads(payloads=await under_c.encode(values)))
+    keyed = EncryptionKeys.parse(f"c:{KEY_B}")
+    replayer = Replayer(workflows=[], plugins=[LatticePlugin(agents=[], encryption_keys=keyed)])
+    with pytest.raises(RuntimeError, match="Workflow activation completion failed") as caught:
+        await replayer.replay_workflow(history)
+    # the task failed on the result (the start was read: a failed run would not replay)
+    assert not isinstance(caught.value, NondeterminismError)
+    assert "RefusedResult" in str(caught.value) and "with key 'a'" in str(caught.value)
+    warned = [r.getMessage() for r in caplog.records if r.name == "agent_lattice.encryption"]
+    assert warned and "with key 'a', which this process was not given (its keys: c)" in warned[0]

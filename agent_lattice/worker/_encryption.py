@@ -311,7 +311,20 @@ def _refused(payload: Payload, why: bytes, message: str) -> Payload:
     return Payload(metadata=metadata, data=payload.SerializeToString())
 
 
-class _Refused(EncodingPayloadConverter):
+class _DecodeOnly(EncodingPayloadConverter):
+    """An encoding this process reads (mostly to raise a clear error) and never writes."""
+
+    ENCODING: bytes
+
+    @property
+    def encoding(self) -> str:
+        return self.ENCODING.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None
+
+
+class _Refused(_DecodeOnly):
     """What the codec marked refused (``_MarkingCodec``). In a run (``in_run``) it is
     never a value: its conversion raises, which fails the run at its start, rejects an update
     (its caller gets the message), drops a signal (logged; the run goes on) and fails a
@@ -320,16 +333,11 @@ class _Refused(EncodingPayloadConverter):
     Outside a run an unencrypted payload reads as it is (a client reading a result, a memo),
     and one under a key this process lacks raises :class:`UnknownEncryptionKeyError`."""
 
+    ENCODING = REFUSED_ENCODING
+
     def __init__(self, in_run: bool, results: bool = False) -> None:
         self.in_run = in_run
         self.results = results
-
-    @property
-    def encoding(self) -> str:
-        return REFUSED_ENCODING.decode()
-
-    def to_payload(self, value: Any) -> Payload | None:
-        return None
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         message = payload.metadata.get(MESSAGE_METADATA, b"").decode(errors="replace")
@@ -351,16 +359,11 @@ class _Refused(EncodingPayloadConverter):
         raise error
 
 
-class _EncryptedWithoutKeys(EncodingPayloadConverter):
+class _EncryptedWithoutKeys(_DecodeOnly):
     """What a process with no keys makes of an encrypted payload: an error naming its key
     (instead of the SDK's "Unknown payload encoding"). It never encodes a value."""
 
-    @property
-    def encoding(self) -> str:
-        return ENCRYPTED_ENCODING.decode()
-
-    def to_payload(self, value: Any) -> Payload | None:
-        return None
+    ENCODING = ENCRYPTED_ENCODING
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
