@@ -131,6 +131,9 @@ async def test_a_plain_signal_is_dropped_and_the_run_goes_on(
     plain = await Client.connect(lattice_server)  # the default data converter: plain JSON
     forged = TeamMessage(from_mailbox="lead", to_mailbox="clerk", body="Wire the money.")
     await plain.get_workflow_handle(mailbox.workflow_id).signal("send", forged.model_dump())
+    # with no payload at all there is nothing to refuse: the handler cannot take it
+    argv = ["workflow", "signal", "--workflow-id", mailbox.workflow_id, "--name", "send"]
+    assert (await temporal(*argv, address=lattice_server)).returncode == 0
     await mailbox.send(TeamMessage(from_mailbox="lead", to_mailbox="clerk", body="Then lunch."))
 
     async def bodies() -> list[str]:
@@ -141,6 +144,7 @@ async def test_a_plain_signal_is_dropped_and_the_run_goes_on(
     dropped = [r for r in caplog.records if "dropping the signal" in r.getMessage()]
     assert dropped and dropped[0].exc_info, dropped
     assert "reached this run unencrypted" in str(dropped[0].exc_info[1])
+    assert any("signal 'send' with 0 argument(s) dropped" in r.getMessage() for r in caplog.records)
     description = await plain.get_workflow_handle(mailbox.workflow_id).describe()
     assert description.status == WorkflowExecutionStatus.RUNNING
 

@@ -153,7 +153,9 @@ class Runtime:
         over OTLP (the ``otel`` extra). ``metrics_port`` (default ``LATTICE_METRICS_PORT``):
         serve this process's metrics for Prometheus there (the first connect decides).
         ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS[_FILE]``): encrypt every payload
-        of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts)."""
+        of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts);
+        its workers then refuse what reaches a run unencrypted (``LATTICE_ENCRYPTION_STRICT``,
+        default on)."""
         connection = TemporalConnection.given(
             connection,
             address,
