@@ -272,7 +272,7 @@ class EncryptionCodec(PayloadCodec):
 
         try:
             plain = cipher.decrypt(payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:], None)
-        except InvalidTag:
+        except (InvalidTag, ValueError):  # ValueError: too short to hold a nonce
             raise UnknownEncryptionKeyError(
                 f"a payload encrypted with key {key_id!r} does not decrypt with this process's "
                 f"key {key_id!r} (another key under the same id, or a damaged payload)",
@@ -376,8 +376,9 @@ class _EncryptedWithoutKeys(_DecodeOnly):
 
 
 class LatticePayloadConverter(PydanticPayloadConverter):
-    """Pydantic's JSON converter, and a clear error for encrypted payloads that reach it (a
-    process without keys). Nullary, as ``DataConverter.payload_converter_class`` needs.
+    """Pydantic's JSON converter, a clear error for encrypted payloads that reach it (a
+    process without keys), and what the codec refused (``_Refused``: refused in a run, read
+    or raised outside one). Nullary, as ``DataConverter.payload_converter_class`` needs.
 
     The worker makes a DataConverter, and with it one of these, for every workflow
     activation and every payload with a context of its own (about nine per tool turn, 10 µs
