@@ -120,6 +120,7 @@ from .worker import (
     EncryptionCodec,
     EncryptionKeys,
     LatticePlugin,
+    UnencryptedPayloadError,
     UnknownEncryptionKeyError,
     create_worker,
 )
@@ -209,6 +210,7 @@ __all__ = [
     "TraceEvent",
     "TracerError",
     "TranscriptMissing",
+    "UnencryptedPayloadError",
     "UnknownEncryptionKeyError",
     "Usage",
     "UserMessage",

@@ -17,8 +17,11 @@ Every error the library raises derives from :class:`LatticeError`::
     │   │   └── ServerGoneError     the server a process connected to is gone for good: stopped
     │   │                           (``lattice server stop``), moved, or another server answers
     │   │                           at its address
-    │   └── UnknownEncryptionKeyError  a payload is encrypted with a key this process was not
-    │                                  given (``agent_lattice.worker``, with the codec)
+    │   ├── UnknownEncryptionKeyError  a payload is encrypted with a key this process (or the
+    │   │                              run's worker, for a start or an update) was not given
+    │   │                              (``agent_lattice.worker``, with the codec)
+    │   └── UnencryptedPayloadError    a payload reached a run unencrypted and its worker has
+    │                                  keys (strict): refused, not acted on
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it
     ├── TracerError            a tracer bound with fail_on_error raised: likewise
     ├── HistoryStoreError      a history store created with fail_on_error failed

@@ -21,6 +21,7 @@ __all__ = [
     "deployment_name",
     "encryption_keys",
     "encryption_keys_file",
+    "encryption_strict",
     "inline_limit",
     "inline_workers",
     "lattice_home",
@@ -204,3 +205,16 @@ def channel_key() -> str | None:
 def channel_key_file() -> str | None:
     """``LATTICE_CHANNEL_KEY_FILE``: a file holding the same (a mounted secret)."""
     return os.environ.get("LATTICE_CHANNEL_KEY_FILE", "").strip() or None
+
+
+def encryption_strict() -> bool:
+    """``LATTICE_ENCRYPTION_STRICT`` (default on; it matters only with encryption keys): a
+    worker refuses every payload that reaches a run unencrypted (a start, a signal, an update,
+    a result); ``0``/``off`` accepts them, while runs from before encryption was turned on
+    finish (see ``worker/_encryption``)."""
+    given = os.environ.get("LATTICE_ENCRYPTION_STRICT", "").strip()
+    if given.lower() in ("", "on", "1", "true", "yes"):
+        return True
+    if given.lower() in ("off", "0", "false", "no"):
+        return False
+    raise ConfigurationError(f"LATTICE_ENCRYPTION_STRICT={given!r} is not 'on' or 'off' (1 or 0)")

@@ -3,8 +3,11 @@
 The keys come from ``LATTICE_ENCRYPTION_KEYS`` (``KEY_ID:BASE64_KEY,...``) when it is set,
 else the example makes one. It runs a query with a tool call, then reads the run's history
 as the Temporal server holds it: every payload is ``binary/encrypted`` under the key's id,
-the prompt is nowhere in its bytes, and the key decrypts it again. To see the same history
-decrypted in the Temporal UI::
+the prompt is nowhere in its bytes, and the key decrypts it again. Then it sends the same
+input again unencrypted, as anyone who reaches the server can (a Temporal client with no
+codec, like the ``temporal`` CLI): the worker, strict by default with keys, refuses it and
+the run fails at once, asking the model nothing. To see the same history decrypted in the
+Temporal UI::
 
     export LATTICE_ENCRYPTION_KEYS="demo:$(openssl rand -base64 32)"
     python examples/encryption.py
@@ -15,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 
 from _demo import model_options
 from pydantic import BaseModel
 from temporalio.api.history.v1 import History
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from agent_lattice import EncryptionCodec, EncryptionKeys, create_agent, create_runtime, tool
 from agent_lattice.testing import RecordedRequest, Reply, text, tool_use
@@ -57,14 +63,29 @@ async def main() -> None:
         handle = runtime.client.get_workflow_handle(result.workflow_id)
         history = await handle.fetch_history()
 
-    raw = History(events=history.events).SerializeToString()
-    started = history.events[0].workflow_execution_started_event_attributes
-    (sealed,) = started.input.payloads
-    print("the run's input as the server holds it:", sealed.metadata["encoding"].decode())
-    print("encrypted with key:", sealed.metadata["encryption-key-id"].decode())
-    print("the account number in the history's bytes:", b"ACC-7731" in raw)
-    (plain,) = await EncryptionCodec(keys).decode([sealed])
-    print("decrypted with the key, it holds the prompt:", PROMPT in plain.data.decode())
+        raw = History(events=history.events).SerializeToString()
+        started = history.events[0].workflow_execution_started_event_attributes
+        (sealed,) = started.input.payloads
+        print("the run's input as the server holds it:", sealed.metadata["encoding"].decode())
+        print("encrypted with key:", sealed.metadata["encryption-key-id"].decode())
+        print("the account number in the history's bytes:", b"ACC-7731" in raw)
+        (plain,) = await EncryptionCodec(keys).decode([sealed])
+        print("decrypted with the key, it holds the prompt:", PROMPT in plain.data.decode())
+
+        # the same input sent unencrypted, by a client of the same server without the codec
+        no_codec = Client(runtime.client.service_client, namespace=runtime.client.namespace)
+        forged = await no_codec.start_workflow(
+            "AgentWorkflow",
+            json.loads(plain.data),
+            id=f"{result.workflow_id}-unencrypted",
+            task_queue=started.task_queue.name,
+        )
+        try:
+            await forged.result()
+        except WorkflowFailureError as err:
+            cause = err.cause
+            assert isinstance(cause, ApplicationError)
+            print(f"the same input sent unencrypted: refused ({cause.type}): {cause.message}")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,20 @@ def test_encrypted_runs_from_the_shell_and_the_codec_server_for_the_ui(
     assert result["result"] == "The sum is 4."
     workflow_id = result["workflow_id"]
 
+    # a run started under a key the worker lacks: the caller is told which, at once (it
+    # said "still waiting: is a worker running for task queue ...?" and waited)
+    other = tmp_path / "other-keys"
+    other.write_text(f"staging-2:{base64.b64encode(os.urandom(32)).decode()}\n")
+    procs.append(
+        mismatched := Cli.run(
+            "run", TARGET, PROMPT, "--no-worker", "--encryption-keys-file", str(other), env=plain
+        )
+    )
+    assert mismatched.finish() != 0, mismatched
+    assert "encrypted with key 'staging-2'" in mismatched.err, mismatched.err
+    assert "is a worker running" not in mismatched.err
+    assert KEY not in mismatched.err
+
     def listed(environment: dict[str, str]) -> dict[str, object]:
         procs.append(runs := Cli.run("runs", "--json", env=environment))
         assert runs.finish() == 0, runs

@@ -286,6 +286,9 @@ async def test_unencrypted_payloads_still_decode_and_a_tampered_one_is_refused()
     sealed.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
     with pytest.raises(UnknownEncryptionKeyError, match="a damaged payload"):
         await keyed.decode([sealed])
+    sealed.data = sealed.data[:5]  # not even a nonce (it was a ValueError: a stuck run)
+    with pytest.raises(UnknownEncryptionKeyError, match="a damaged payload"):
+        await keyed.decode([sealed])
 
 
 def test_converters_share_type_adapters_but_a_run_keeps_its_own() -> None:

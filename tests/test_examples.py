@@ -105,6 +105,8 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "the run's input as the server holds it: binary/encrypted",
         "the account number in the history's bytes: False",
         "decrypted with the key, it holds the prompt: True",
+        "the same input sent unencrypted: refused (UnencryptedPayloadError): a payload reached "
+        "this run unencrypted",
     ),
 }
 

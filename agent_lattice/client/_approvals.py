@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from .. import _settings
 from .._approvals import APPROVAL_MEMO, ApprovalDecision, PendingApproval, check_decision
 from .._errors import ApprovalError
+from ..worker._encryption import refused_by_worker
 from ._default import get_default_runtime
 from ._orphans import orphan_hint, queue_served, run_state
 from ._runtime import Runtime
@@ -42,7 +43,10 @@ async def resolve_approval(
     process: ``allow`` runs the tool (with ``updated_input`` when given, checked against the
     tool's schema), ``deny`` gives the model an error tool_result with ``message``. Raises
     :class:`ApprovalError` when the decision cannot be applied (no such waiting request, one
-    already decided, an input the schema refuses): then nothing changed."""
+    already decided, an input the schema refuses), and :class:`UnknownEncryptionKeyError` or
+    :class:`UnencryptedPayloadError` when the run's worker cannot read it (this process
+    encrypts with a key the worker lacks, or has no keys and the worker has): then nothing
+    changed."""
     decision = check_decision(approval_id, behavior, message, updated_input)
     client = (runtime or await get_default_runtime()).client
     await decide(client, workflow_id, decision)
@@ -74,6 +78,9 @@ async def decide(client: Client, workflow_id: str, decision: ApprovalDecision) -
         await handle.execute_update("resolve_approval", decision, result_type=PendingApproval)
     except WorkflowUpdateFailedError as err:
         cause = err.cause or err
+        refusal = refused_by_worker(cause)  # the worker cannot read this process's decision
+        if refusal is not None:
+            raise refusal from None
         raise ApprovalError(getattr(cause, "message", None) or str(cause)) from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:  # it ended meanwhile

@@ -34,7 +34,7 @@ from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
-from ..worker._encryption import EncryptionCodec, EncryptionKeysLike
+from ..worker._encryption import EncryptionCodec, EncryptionKeysLike, refused_by_worker
 from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
 from ..worker._telemetry import flush_tracing, temporal_runtime
@@ -156,7 +156,9 @@ class Runtime:
         over OTLP (the ``otel`` extra). ``metrics_port`` (default ``LATTICE_METRICS_PORT``):
         serve this process's metrics for Prometheus there (the first connect decides).
         ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS[_FILE]``): encrypt every payload
-        of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts)."""
+        of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts);
+        its workers then refuse what reaches a run unencrypted (``LATTICE_ENCRYPTION_STRICT``,
+        default on)."""
         connection = TemporalConnection.given(
             connection,
             address,
@@ -532,13 +534,18 @@ class Runtime:
             return None
 
     async def outcome(self, workflow_id: str) -> ResultMessage:
-        """The result of a run, waiting for it to close; failures become error results."""
+        """The result of a run, waiting for it to close; failures become error results,
+        except a worker's refusal of the run's input (unencrypted, or under a key it lacks:
+        the caller's configuration), raised as the error it was."""
         handle = self.client.get_workflow_handle(workflow_id, result_type=AgentRunOutput)
         try:
             output = await handle.result()
             return output.result
         except WorkflowFailureError as err:
             cause = err.cause or err
+            refusal = refused_by_worker(cause)
+            if refusal is not None:
+                raise refusal from None
             return ResultMessage(
                 subtype="error_during_execution",
                 result=str(cause),

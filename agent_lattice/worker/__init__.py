@@ -1,6 +1,11 @@
 """Build Temporal workers that serve an app's agents, and the converter they share."""
 
-from ._encryption import EncryptionCodec, EncryptionKeys, UnknownEncryptionKeyError
+from ._encryption import (
+    EncryptionCodec,
+    EncryptionKeys,
+    UnencryptedPayloadError,
+    UnknownEncryptionKeyError,
+)
 from ._plugin import LatticePlugin
 from ._registry import AgentRegistry
 from ._worker import create_worker, create_workers
@@ -10,6 +15,7 @@ __all__ = [
     "EncryptionCodec",
     "EncryptionKeys",
     "LatticePlugin",
+    "UnencryptedPayloadError",
     "UnknownEncryptionKeyError",
     "create_worker",
     "create_workers",

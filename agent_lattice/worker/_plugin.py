@@ -31,6 +31,7 @@ from ._park import park_after_seconds, park_idle_runs
 from ._registry import AgentRegistry
 from ._sandbox import LatticeSandboxRunner
 from ._server_wait import ServerWaitInterceptor
+from ._signals import SignalArgumentsInterceptor
 from ._telemetry import tracing_interceptor
 from ._versioning import versioned_for
 
@@ -101,9 +102,10 @@ class LatticePlugin(SimplePlugin):
     traces with OpenTelemetry: on a client, its calls and every worker made from it.
     ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS`` / ``LATTICE_ENCRYPTION_KEYS_FILE``)
     encrypts every payload with AES-256-GCM (``_encryption``): on a client, its calls and
-    every worker made from it; on a ``Replayer``, what it decodes. ``park_after`` (default
-    ``LATTICE_PARK_AFTER``, else 10 s; ``math.inf`` never): a worker evicts a run from its
-    cache once it has waited that long with no step (``worker/_park``).
+    every worker made from it; on a ``Replayer``, what it decodes. With keys, a run refuses
+    what reaches it unencrypted (``LATTICE_ENCRYPTION_STRICT``, default on). ``park_after``
+    (default ``LATTICE_PARK_AFTER``, else 10 s; ``math.inf`` never): a worker evicts a run from
+    its cache once it has waited that long with no step (``worker/_park``).
     """
 
     def __init__(
@@ -161,8 +163,11 @@ class LatticePlugin(SimplePlugin):
             else None,
             workflow_runner=runner,
             workflow_failure_exception_types=failures,
-            # a finished tool's result must reach a server that is down for a while
-            interceptors=[ServerWaitInterceptor(), *tracing] if activities else tracing or None,
+            # a finished tool's result must reach a server that is down for a while; a signal
+            # its handler cannot take is dropped, not a stuck run (_signals)
+            interceptors=[ServerWaitInterceptor(), SignalArgumentsInterceptor(), *tracing]
+            if activities
+            else tracing or None,
         )
         # the team mailbox queue's wiring: its workflow, nothing of any agent
         self._mailbox = SimplePlugin(
@@ -170,7 +175,7 @@ class LatticePlugin(SimplePlugin):
             workflows=[TeamMailboxWorkflow],
             workflow_runner=runner,
             workflow_failure_exception_types=failures,
-            interceptors=tracing or None,
+            interceptors=[SignalArgumentsInterceptor(), *tracing],
         )
 
     @staticmethod
