@@ -45,7 +45,9 @@ def test_every_exception_class_the_package_defines_is_a_lattice_error():
         and issubclass(cls, BaseException)
         and not issubclass(cls, LatticeError)
     ]
-    assert strays == []
+    # a result a run cannot read fails its workflow task (retried until the worker can read
+    # it) instead of the run, which a LatticeError would fail; it never reaches a caller
+    assert strays == ["agent_lattice.worker._encryption.RefusedResult"]
 
 
 def test_the_docstring_tree_names_every_exported_error():
