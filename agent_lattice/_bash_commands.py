@@ -1,8 +1,7 @@
 """Where common commands write, given their arguments (for agent_lattice._bash).
 
-Each handler gets the command's words after its name (None: a word known only when the
-command runs) and reports writes, links and doubts through an ``Effects``. The option tables
-list the options that take a value, so that a value is not mistaken for an operand.
+Each handler reads the command's words (see agent_lattice._bash_options) and reports what it
+writes, links and runs through an ``Effects``.
 """
 
 from __future__ import annotations
@@ -10,85 +9,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
-Words = list[str | None]
-
-
-class Effects(Protocol):
-    def write(self, word: str | None, what: str = ...) -> None: ...
-    def write_in(self, directory: str | None, word: str | None, what: str = ...) -> None: ...
-    def link(self, target: str | None, base: str | None) -> None: ...
-    def unsure(self, reason: str) -> None: ...
-    def run(self, argv: Words, cwd: str | None = None) -> None: ...
-    def script(self, text: str | None) -> None: ...
-    def script_file(self, path: str | None) -> None: ...
-
-
-Options = list[tuple[str, str | None]]
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(text.split())
-
-
-def options_and_operands(
-    args: Words, short: str, long: Iterable[str] = (), *, first_operand_stops: bool = False
-) -> tuple[Options, Words]:
-    """Split ``args`` GNU-style: ``short`` letters and ``long`` names take a value."""
-    takes = set(long)
-    options: Options = []
-    operands: Words = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if (
-            arg is None
-            or arg == "-"
-            or not arg.startswith("-")
-            or (operands and first_operand_stops)
-        ):
-            operands.append(arg)
-            if first_operand_stops:
-                operands += args[i:]
-                break
-            continue
-        if arg == "--":
-            operands += args[i:]
-            break
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            if not eq and name in takes and i < len(args):
-                value, i = args[i] or "", i + 1
-                options.append((name, None if args[i - 1] is None else value))
-            else:
-                options.append((name, value if eq else None))
-            continue
-        for j, letter in enumerate(arg[1:], 1):
-            if letter in short:
-                value = arg[j + 1 :]
-                if not value and i < len(args):
-                    value, i = args[i], i + 1  # type: ignore[assignment]
-                options.append((letter, value))
-                break
-            options.append((letter, None))
-    return options, operands
-
-
-def _values(options: Options, *names: str) -> list[str | None]:
-    return [v for n, v in options if n in names]
-
-
-def _last(options: Options, *names: str, default: str | None = None) -> str | None:
-    """The value of the last of these options given (a later one wins, as in the tools)."""
-    values = _values(options, *names)
-    return values[-1] if values else default
-
-
-def _has(options: Options, *names: str) -> bool:
-    return any(n in names for n, _ in options)
-
+from ._bash_options import Effects, Words, has, last, names, options_and_operands, values
 
 # -- wrappers: commands that run the rest of their words as a command --------------------
 
@@ -105,7 +27,7 @@ def _env(args: Words) -> Words:
     options, rest = options_and_operands(
         args, "uCS", ("unset", "chdir", "split-string"), first_operand_stops=True
     )
-    if _has(options, "C", "chdir", "S", "split-string"):
+    if has(options, "C", "chdir", "S", "split-string"):
         return [None]  # runs elsewhere / splits a string: not followed
     while rest and rest[0] is not None and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
         rest = rest[1:]
@@ -147,7 +69,7 @@ def _all_operands(
 ) -> Callable[[Effects, Words], None]:
     def handler(fx: Effects, args: Words) -> None:
         options, operands = options_and_operands(args, short, long)
-        if _has(options, "reference"):
+        if has(options, "reference"):
             skip_ = 0
         else:
             skip_ = skip
@@ -167,11 +89,11 @@ def _copy_like(
 ) -> Callable[[Effects, Words], None]:
     def handler(fx: Effects, args: Words) -> None:
         options, operands = options_and_operands(args, short + "t", (*long, "target-directory"))
-        if makes_dirs and _has(options, "d", "directory"):
+        if makes_dirs and has(options, "d", "directory"):
             for word in operands:  # install -d DIRS
                 fx.write(word)
             return
-        target = _values(options, "t", "target-directory")
+        target = values(options, "t", "target-directory")
         if target:
             dest, sources, into_dir = target[-1], operands, True
         elif len(operands) >= 2:
@@ -184,8 +106,8 @@ def _copy_like(
         if moves:
             for word in sources:  # a move takes the file away from where it was
                 fx.write(word, "a moved file")
-        symbolic = _has(options, "s", "symbolic", "symbolic-link")
-        hard = not symbolic and (links or _has(options, "l", "link"))
+        symbolic = has(options, "s", "symbolic", "symbolic-link")
+        hard = not symbolic and (links or has(options, "l", "link"))
         for source in sources if symbolic or hard else ():
             if hard or dest is None:
                 fx.link(source, "." if hard else None)  # a hard link's source: from here
@@ -199,9 +121,9 @@ def _copy_like(
 
 def _sed(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(args, "efl", ("expression", "file", "line-length"))
-    if not _has(options, "i", "in-place"):
+    if not has(options, "i", "in-place"):
         return
-    scripted = _has(options, "e", "f", "expression", "file")
+    scripted = has(options, "e", "f", "expression", "file")
     for word in operands if scripted else operands[1:]:
         fx.write(word)
 
@@ -211,7 +133,7 @@ def _perl(fx: Effects, args: Words) -> None:
     if any(n == "i" or n.startswith("i") for n, _ in options) or any(
         a is not None and re.match(r"^-[a-zA-Z]*i", a) for a in args
     ):
-        for word in operands if _has(options, "e", "E") else operands[1:]:
+        for word in operands if has(options, "e", "E") else operands[1:]:
             fx.write(word)
 
 
@@ -235,36 +157,36 @@ def _tar(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args,
         "fCbTXgKLNVIH",
-        _names(
+        names(
             "file directory exclude files-from exclude-from use-compress-program newer transform "
             "owner group mode format label listed-incremental to-command"
         ),
     )
-    creates = _has(options, "c", "r", "u", "A", "create", "append", "update", "catenate", "delete")
-    extracts = _has(options, "x", "extract", "get")
-    archives = [v for v in _values(options, "f", "file") if v != "-"]
+    creates = has(options, "c", "r", "u", "A", "create", "append", "update", "catenate", "delete")
+    extracts = has(options, "x", "extract", "get")
+    archives = [v for v in values(options, "f", "file") if v != "-"]
     if creates:
         for word in archives:
             fx.write(word, "an archive")
     if extracts:
-        fx.write(_last(options, "C", "directory", default="."), "an extraction directory")
+        fx.write(last(options, "C", "directory", default="."), "an extraction directory")
 
 
 def _curl(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args,
         "AbcdDeEFHKmorTuUwxXyYzCPQt",
-        _names(
+        names(
             "output dump-header cookie-jar trace trace-ascii stderr output-dir etag-save libcurl "
             "data header user request url user-agent config cookie form upload-file proxy max-time "
             "write-out referer range"
         ),
     )
-    outdir = _last(options, "output-dir")
-    for word in _values(options, "o", "output"):
+    outdir = last(options, "output-dir")
+    for word in values(options, "o", "output"):
         if word != "-":
             fx.write_in(outdir, word, "a download")
-    for word in _values(
+    for word in values(
         options,
         "D",
         "dump-header",
@@ -278,7 +200,7 @@ def _curl(fx: Effects, args: Words) -> None:
     ):
         if word not in ("-", "%"):
             fx.write(word)
-    if _has(options, "O", "remote-name", "remote-name-all", "J", "remote-header-name"):
+    if has(options, "O", "remote-name", "remote-name-all", "J", "remote-header-name"):
         fx.write(outdir or ".", "the download directory")
 
 
@@ -286,18 +208,18 @@ def _wget(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args,
         "OoaPeUtTwQiBlARDIXY",
-        _names(
+        names(
             "output-document output-file append-output directory-prefix execute user-agent tries "
             "timeout wait quota input-file base level accept reject domains include-directories "
             "exclude-directories header user password post-data load-cookies save-cookies"
         ),
     )
-    prefix = _last(options, "P", "directory-prefix")
-    documents = _values(options, "O", "output-document")
+    prefix = last(options, "P", "directory-prefix")
+    documents = values(options, "O", "output-document")
     for word in documents:
         if word != "-":
             fx.write(word, "a download")
-    for word in _values(options, "o", "output-file", "a", "append-output", "save-cookies"):
+    for word in values(options, "o", "output-file", "a", "append-output", "save-cookies"):
         fx.write(word)
     if not documents:
         fx.write(prefix or ".", "the download directory")
@@ -305,9 +227,9 @@ def _wget(fx: Effects, args: Words) -> None:
 
 def _unzip(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(args, "dxP")
-    if _has(options, "l", "t", "p", "Z", "v", "z"):
+    if has(options, "l", "t", "p", "Z", "v", "z"):
         return
-    fx.write(_last(options, "d", default="."), "an extraction directory")
+    fx.write(last(options, "d", default="."), "an extraction directory")
 
 
 def _zip(fx: Effects, args: Words) -> None:
@@ -320,7 +242,7 @@ def _rsync(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(
         args,
         "efBTM",
-        _names(
+        names(
             "rsh exclude include filter files-from exclude-from include-from temp-dir backup-dir "
             "log-file partial-dir compare-dest copy-dest link-dest chmod chown password-file port "
             "timeout bwlimit suffix rsync-path"
@@ -329,10 +251,10 @@ def _rsync(fx: Effects, args: Words) -> None:
     local = [w for w in operands if w is None or not re.match(r"^([^/:]+:|rsync://)", w)]
     if len(operands) >= 2 and operands[-1] in local:
         fx.write(operands[-1])
-    if _has(options, "remove-source-files"):
+    if has(options, "remove-source-files"):
         for word in local[:-1]:
             fx.write(word, "a moved file")
-    for word in _values(options, "log-file", "backup-dir", "temp-dir", "T", "partial-dir"):
+    for word in values(options, "log-file", "backup-dir", "temp-dir", "T", "partial-dir"):
         fx.write(word)
 
 
@@ -348,12 +270,12 @@ def _git(fx: Effects, args: Words) -> None:
         args, "Cc", ("git-dir", "work-tree", "namespace", "exec-path"), first_operand_stops=True
     )
     where = "."
-    for directory in _values(options, "C"):
+    for directory in values(options, "C"):
         if directory is None:
             fx.unsure("git -C names a folder only known when it runs")
             return
         where = os.path.join(where, directory)
-    for word in _values(options, "git-dir", "work-tree"):
+    for word in values(options, "git-dir", "work-tree"):
         fx.write(word, "a git directory")
     if not rest:
         return
@@ -362,12 +284,12 @@ def _git(fx: Effects, args: Words) -> None:
         sub_options, operands = options_and_operands(
             sub_args,
             "bocujm",
-            _names(
+            names(
                 "branch origin config depth reference template separate-git-dir upload-pack jobs "
                 "filter shallow-since shallow-exclude object-format initial-branch"
             ),
         )
-        for word in _values(sub_options, "separate-git-dir", "template"):
+        for word in values(sub_options, "separate-git-dir", "template"):
             fx.write(word)
         named = 1 if sub == "clone" else 0  # clone REPO [DIR], init [DIR]
         if len(operands) > named:
@@ -376,7 +298,7 @@ def _git(fx: Effects, args: Words) -> None:
             fx.write(where, "a repository")
     elif sub == "archive":
         options_, _ = options_and_operands(sub_args, "o", ("output", "format", "prefix", "remote"))
-        for word in _values(options_, "o", "output"):
+        for word in values(options_, "o", "output"):
             fx.write_in(where, word, "an archive")
     elif sub == "worktree" and sub_args[:1] == ["add"]:
         _, operands = options_and_operands(sub_args[1:], "bB")
@@ -424,12 +346,12 @@ def _xargs(fx: Effects, args: Words) -> None:
     options, rest = options_and_operands(
         args,
         "adEILnPs",
-        _names(
+        names(
             "arg-file delimiter eof max-lines max-args max-procs max-chars replace process-slot-var"
         ),
         first_operand_stops=True,
     )
-    replace = _values(options, "I", "replace")
+    replace = values(options, "I", "replace")
     argv = rest or ["echo"]
     if replace and replace[-1]:
         argv = [None if a is not None and replace[-1] in a else a for a in argv]
@@ -443,9 +365,9 @@ def _shell(fx: Effects, args: Words) -> None:
     scripts = [v for n, v in options if n == "c"]
     if scripts:
         fx.script(scripts[-1])
-    elif operands and not _has(options, "s"):
+    elif operands and not has(options, "s"):
         fx.script_file(operands[0])
-    elif not _has(options, "version", "help"):
+    elif not has(options, "version", "help"):
         fx.unsure("it runs a shell script read from standard input")
 
 
@@ -457,7 +379,7 @@ def _flock(fx: Effects, args: Words) -> None:
     if not operands:
         return
     fx.write(operands[0], "a lock file")
-    commands = _values(options, "c", "command")
+    commands = values(options, "c", "command")
     if commands:
         fx.script(commands[-1])
     elif len(operands) > 1 and operands[1] is not None and operands[1].startswith("-c"):
@@ -471,11 +393,11 @@ def _script(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(
         args, "cEIOBT", ("command", "log-in", "log-out", "log-io", "log-timing")
     )
-    commands = _values(options, "c", "command")
+    commands = values(options, "c", "command")
     if commands:
         fx.script(commands[-1])
     for word in [
-        *_values(options, "I", "O", "B", "T", "log-in", "log-out", "log-io", "log-timing"),
+        *values(options, "I", "O", "B", "T", "log-in", "log-out", "log-io", "log-timing"),
         *(operands[:1] or ["typescript"]),
     ]:
         fx.write(word)
@@ -485,7 +407,7 @@ def _su(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args, "cgGs", ("command", "group", "shell", "session-command")
     )
-    commands = _values(options, "c", "command", "session-command")
+    commands = values(options, "c", "command", "session-command")
     if commands:
         fx.script(commands[-1])
 
@@ -493,7 +415,7 @@ def _su(fx: Effects, args: Words) -> None:
 def _named_output(short: str, long: str) -> Callable[[Effects, Words], None]:
     def handler(fx: Effects, args: Words) -> None:
         options, _ = options_and_operands(args, short, (long,))
-        for word in _values(options, short, long):
+        for word in values(options, short, long):
             fx.write(word)
 
     return handler
@@ -507,7 +429,7 @@ def _second_operand(fx: Effects, args: Words) -> None:
 
 def _compressor(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(args, "S", ("suffix",))
-    if not _has(options, "c", "stdout", "l", "list", "t", "test", "k", "keep"):
+    if not has(options, "c", "stdout", "l", "list", "t", "test", "k", "keep"):
         for word in operands:
             fx.write(word)
 
@@ -523,22 +445,22 @@ def _patch(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args, "oidBDFgpr", ("output", "input", "directory", "reject-file")
     )
-    for word in _values(options, "o", "output", "r", "reject-file"):
+    for word in values(options, "o", "output", "r", "reject-file"):
         fx.write(word)
-    fx.write(_last(options, "d", "directory", default="."), "the files a patch names")
+    fx.write(last(options, "d", "directory", default="."), "the files a patch names")
 
 
 def _make(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args, "CfIjlOo", ("directory", "file", "include-dir", "jobs", "load-average")
     )
-    for word in _values(options, "C", "directory"):
+    for word in values(options, "C", "directory"):
         fx.write(word, "a make directory")
 
 
 def _history(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(args, "d")
-    for word in operands if _has(options, "a", "w") else ():  # -a/-w: to the file named
+    for word in operands if has(options, "a", "w") else ():  # -a/-w: to the file named
         fx.write(word)
 
 
