@@ -5,20 +5,20 @@ Parsed with tree-sitter-bash, not bashlex (which raises NotImplementedError on `
 working directory through ``cd``/``pushd``/``popd`` (every directory a ``cd`` may leave the shell
 in), expands the variables the command assigns (every value one may hold) and its environment,
 and knows where the common writers put files (redirections, ``cp``/``mv``/``ln``/``tee``/``tar``/
-``curl``/``wget``/``git clone``/``rsync``/``find -exec``/``xargs``/...). What it cannot tell — a
-computed path, ``eval`` of a computed string, arguments on stdin, a parse error — is reported as
-unsure, and the caller decides (refused without an OS sandbox, left to the kernel with one).
+``curl``/``wget``/``git``/``rsync``/``find -exec``/``xargs``/``mktemp``/``sort -o``/...: see
+_bash_commands and _bash_archives) and reads the programs of sed, awk, perl one-liners, patch
+and sqlite3 (_bash_scripts). What it cannot tell — a computed path, ``eval`` of a computed
+string, arguments on stdin, a program it cannot see into, a parse error — is reported as unsure,
+and the caller decides (refused without an OS sandbox, left to the kernel with one).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import bracex
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
@@ -33,6 +33,7 @@ from ._bash_state import (
     pushd,
     read_variables,
 )
+from ._bash_words import braces, heredoc, node_text, operator, tilde, unescape
 
 __all__ = ["BashReading", "bash_write_targets", "read_command"]
 
@@ -75,6 +76,8 @@ class _Reader:
         self.reading = BashReading()
         self.functions: dict[str, Node] = {}
         self.seen: set[tuple[int, int]] = set()  # substitutions already read
+        # the redirections tree-sitter hangs on a list, by the list's last command
+        self.redirected_last: dict[tuple[int, int], list[Node]] = {}
 
     # -- results ---------------------------------------------------------------------------
 
@@ -160,6 +163,7 @@ class _Reader:
             self.loop(node, state, depth)
         elif kind in _FILE_REDIRECTS:
             self.redirects([node], state, depth)
+            self.after_heredocs([node], state, depth)
         else:  # lists, if/case/compound statements, negation, test commands, subshells
             inner = state.copy() if kind == "subshell" else state  # its cd holds in it only
             for child in node.named_children:
@@ -171,15 +175,28 @@ class _Reader:
             self.redirects(redirects, state, depth)
         if body is not None and body.type == "command":
             self.command(body, state, depth, redirects)
-        elif body is not None:
+        elif body is not None:  # tree-sitter hangs `a && b > f`'s redirect on the list:
+            last = body  # it is b's, after a
+            while last.type == "list" and last.named_children:
+                last = last.named_children[-1]
+            self.redirected_last[(last.start_byte, last.end_byte)] = redirects
             self.statement(body, state, depth)
-            if body.type != "command":  # tree-sitter hangs `a && b > f`'s redirect on the
-                self.redirects(redirects, state, depth)  # list: it is b's, after a
+            self.redirects(redirects, state, depth)
+        self.after_heredocs(redirects, state, depth)
+
+    def after_heredocs(self, redirects: list[Node], state: ShellState, depth: int) -> None:
+        """What follows a here-document's start on its line (``cat <<EOF && cmd``), which
+        tree-sitter puts inside the here-document: it runs after the command."""
+        for node in redirects:
+            if node.type == "heredoc_redirect":
+                for child in node.named_children:
+                    if child.type not in (*_FILE_REDIRECTS, "heredoc_start", "heredoc_end"):
+                        self.statement(child, state, depth)
 
     def variables(self, node: Node, state: ShellState, depth: int) -> None:
         if node.type == "unset_command":
             for child in node.named_children[1:]:
-                state.variables.pop(_text(child), None)
+                state.variables.pop(node_text(child), None)
         for child in [node] if node.type == "variable_assignment" else node.named_children:
             if child.type == "variable_assignment":
                 self.assign(child, state, depth)
@@ -187,7 +204,7 @@ class _Reader:
     def function(self, node: Node, state: ShellState, depth: int) -> None:
         name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
         if name is not None and body is not None:
-            self.functions[_text(name)] = body
+            self.functions[node_text(name)] = body
             # read now too: bash may call it by a computed name, or as command_not_found_handle
             if depth < _MAX_DEPTH:
                 self.statement(body, state.copy(), depth + 1)
@@ -198,7 +215,7 @@ class _Reader:
             values: set[str | None] = set()
             for word in node.children_by_field_name("value"):
                 values |= set(self.fields(word, state, depth) or [None])
-            state.variables[_text(variable)] = values or {None}
+            state.variables[node_text(variable)] = values or {None}
         for _ in range(2):  # a second pass sees what a cd in the body does to the next one
             for child in node.named_children:
                 if child.type in ("do_group", "compound_statement", "command", "list"):
@@ -208,7 +225,7 @@ class _Reader:
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         if name is None:
             return
-        key = _text(name).split("[", 1)[0]
+        key = node_text(name).split("[", 1)[0]
         if value is None:
             values: set[str | None] = {""}
         elif value.type == "array":
@@ -232,7 +249,7 @@ class _Reader:
             if node.type != "file_redirect":
                 continue
             destination = node.child_by_field_name("destination")
-            if _operator(node) not in _WRITE_REDIRECTS or destination is None:
+            if operator(node) not in _WRITE_REDIRECTS or destination is None:
                 continue
             if destination.type == "number" or destination.text in (b"-",):
                 continue  # 2>&1, >&-: file descriptors, not files
@@ -245,6 +262,14 @@ class _Reader:
         self, node: Node, state: ShellState, depth: int, outer: list[Node] | None = None
     ) -> None:
         """``outer``: the redirections of a redirected statement this command is the body of."""
+        self.invocation(node, state, depth, outer)
+        self.after_heredocs(node.named_children, state, depth)
+
+    def invocation(
+        self, node: Node, state: ShellState, depth: int, outer: list[Node] | None
+    ) -> None:
+        if outer is None:
+            outer = self.redirected_last.get((node.start_byte, node.end_byte))
         redirects = [c for c in node.named_children if c.type in _FILE_REDIRECTS]
         for child in node.named_children:
             if child.type == "variable_assignment":  # HOME=/x cd: for this command only,
@@ -274,16 +299,14 @@ class _Reader:
         found: list[str] | None = None
         for node in redirects:
             descriptor = node.child_by_field_name("descriptor")
-            if descriptor is not None and _text(descriptor) != "0":
+            if descriptor is not None and node_text(descriptor) != "0":
                 continue
             if node.type == "heredoc_redirect":
-                body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
-                expands = body is None or any(c.type != "heredoc_content" for c in body.children)
-                found = None if expands else [_text(body)]  # type: ignore[arg-type]
+                found = heredoc(node)
             elif node.type == "herestring_redirect" and node.named_children:
                 words = self.word(node.named_children[-1], state, depth, split=False)
                 found = None if words is None else [w + "\n" for w in words]
-            elif node.type == "file_redirect" and _operator(node) in ("<", "<>"):
+            elif node.type == "file_redirect" and operator(node) in ("<", "<>"):
                 destination = node.child_by_field_name("destination")
                 words = None if destination is None else self.fields(destination, state, depth)
                 texts = [state.read(self.base, w) for w in words or [None]]
@@ -336,15 +359,15 @@ class _Reader:
             value = node.child_by_field_name("value")
             return None if value is None else self.word(value, state, depth, split=False)
         if kind in ("word", "number", "command_name"):
-            text = _text(node)
+            text = node_text(node)
             if kind == "command_name" and node.named_children:
                 return self.word(node.named_children[0], state, depth, split=split)
-            expanded = _tilde(_unescape(text), state)
-            return None if expanded is None else _braces(expanded)
+            expanded = tilde(unescape(text), state)
+            return None if expanded is None else braces(expanded)
         if kind == "raw_string":
-            return [_text(node)[1:-1]]
+            return [node_text(node)[1:-1]]
         if kind == "ansi_c_string":
-            raw = _text(node)[2:-1]
+            raw = node_text(node)[2:-1]
             try:
                 return [raw.encode("latin-1", "backslashreplace").decode("unicode_escape")]
             except UnicodeDecodeError:
@@ -352,7 +375,7 @@ class _Reader:
         if kind == "string":
             return self.concatenate(node.named_children, state, depth, split=False)
         if kind == "string_content":
-            return [_text(node)]
+            return [node_text(node)]
         if kind in ("simple_expansion", "expansion"):
             return self.expand(node, state, split)
         if kind in ("command_substitution", "process_substitution"):
@@ -362,12 +385,12 @@ class _Reader:
             found = self.concatenate(node.named_children, state, depth, split=split)
             literal = ("word", "brace_expression")
             if found is not None and all(c.type in literal for c in node.named_children):
-                found = _braces(found)
+                found = braces(found)
             return found
         if kind == "brace_expression":  # {1..3}; inside a word, expanded with the word
-            text = _text(node)
+            text = node_text(node)
             inside = node.parent is not None and node.parent.type == "concatenation"
-            return [text] if inside else _braces([text])
+            return [text] if inside else braces([text])
         return None  # $(( )) and the rest: not followed
 
     def concatenate(
@@ -395,8 +418,8 @@ class _Reader:
             if operators[0].type not in (":-", "-") or len(operators) > 1:
                 return None  # ${x%/*}, ${x/a/b}, ...: not followed
             rest = [c for c in node.named_children if c is not names[0]]
-            default = [_text(c) for c in rest] or [""]
-        name = _text(names[0])
+            default = [node_text(c) for c in rest] or [""]
+        name = node_text(names[0])
         if name == "PWD":
             values = {None if c is None else os.path.join(self.base, c) for c in state.cwds}
         elif name.isdigit() or name in ("@", "*", "#"):
@@ -409,49 +432,6 @@ class _Reader:
             return None
         out = sorted(v for v in values if v is not None)
         return ["\0".join(v.split()) for v in out] if split else out
-
-
-def _text(node: Node) -> str:  # Node.text is None only for a tree parsed without its source
-    return (node.text or b"").decode()
-
-
-def _operator(redirect: Node) -> str:
-    return next((c.type for c in redirect.children if not c.is_named), "")
-
-
-def _unescape(text: str) -> str:
-    return _ESCAPED.sub(r"\1", text)
-
-
-_ESCAPED = re.compile(r"\\(.)", re.DOTALL)  # a backslash quotes the one character after it
-
-
-def _tilde(text: str, state: ShellState) -> list[str] | None:
-    if not text.startswith("~"):
-        return [text]
-    head, sep, rest = text.partition("/")
-    if head in ("~+", "~-"):  # $PWD (relative to wherever the shell is); $OLDPWD: not followed
-        return ["." + sep + rest] if head == "~+" else None
-    if head != "~":
-        return [os.path.expanduser(head) + sep + rest]
-    homes = state.variables.get("HOME") or {None}
-    if None in homes:
-        return None
-    return [h + sep + rest for h in homes if h is not None]
-
-
-def _braces(texts: list[str]) -> list[str] | None:
-    """Brace expansion (``cp a{,.bak}`` is ``cp a a.bak``): NUL-joined fields; None past a bound."""
-    out: list[str] = []
-    for text in texts:
-        if "{" not in text:
-            out.append(text)
-            continue
-        try:
-            out.append("\0".join(bracex.expand(text, limit=MAX_ALTERNATIVES)))
-        except bracex.ExpansionLimitException:
-            return None  # too many names to check one by one
-    return out
 
 
 _FILE_REDIRECTS = ("file_redirect", "heredoc_redirect", "herestring_redirect")
@@ -493,11 +473,13 @@ class _Effects:
             }
         self.reader.simple(list(argv), state, self.depth + 1)
 
-    def script(self, text: str | None) -> None:
+    def script(self, text: str | None, variables: Mapping[str, str | None] = {}) -> None:
         if text is None:
             self.unsure("it runs a shell script that is only known when the command runs")
-        else:
-            self.reader.script(text, self.state.copy(), self.depth + 1)
+            return
+        state = self.state.copy()
+        state.variables.update({name: {value} for name, value in variables.items()})
+        self.reader.script(text, state, self.depth + 1)
 
     def script_file(self, path: str | None) -> None:  # bash build.sh: read as source reads it
         _source(self.reader, [path], self.state.copy(), self.depth, verb="runs the script")

@@ -10,7 +10,18 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from ._bash_options import Effects, Words, has, last, names, options_and_operands, values
+from ._bash_archives import ARCHIVERS
+from ._bash_options import (
+    Effects,
+    Handler,
+    Words,
+    has,
+    last,
+    names,
+    options_and_operands,
+    values,
+)
+from ._bash_scripts import PROGRAMS
 
 # -- wrappers: commands that run the rest of their words as a command --------------------
 
@@ -119,24 +130,6 @@ def _copy_like(
     return handler
 
 
-def _sed(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(args, "efl", ("expression", "file", "line-length"))
-    if not has(options, "i", "in-place"):
-        return
-    scripted = has(options, "e", "f", "expression", "file")
-    for word in operands if scripted else operands[1:]:
-        fx.write(word)
-
-
-def _perl(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(args, "eEIMmlx0", ())
-    if any(n == "i" or n.startswith("i") for n, _ in options) or any(
-        a is not None and re.match(r"^-[a-zA-Z]*i", a) for a in args
-    ):
-        for word in operands if has(options, "e", "E") else operands[1:]:
-            fx.write(word)
-
-
 def _dd(fx: Effects, args: Words) -> None:
     for arg in args:
         if arg is None:
@@ -149,163 +142,6 @@ def _tee(fx: Effects, args: Words) -> None:
     _, operands = options_and_operands(args, "")
     for word in operands:
         fx.write(word)
-
-
-def _tar(fx: Effects, args: Words) -> None:
-    if args and args[0] is not None and re.fullmatch(r"[A-Za-z]+", args[0]):
-        args = [f"-{args[0]}", *args[1:]]  # old style: tar cvf x.tar
-    options, _ = options_and_operands(
-        args,
-        "fCbTXgKLNVIH",
-        names(
-            "file directory exclude files-from exclude-from use-compress-program newer transform "
-            "owner group mode format label listed-incremental to-command"
-        ),
-    )
-    creates = has(options, "c", "r", "u", "A", "create", "append", "update", "catenate", "delete")
-    extracts = has(options, "x", "extract", "get")
-    archives = [v for v in values(options, "f", "file") if v != "-"]
-    if creates:
-        for word in archives:
-            fx.write(word, "an archive")
-    if extracts:
-        fx.write(last(options, "C", "directory", default="."), "an extraction directory")
-
-
-def _curl(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(
-        args,
-        "AbcdDeEFHKmorTuUwxXyYzCPQt",
-        names(
-            "output dump-header cookie-jar trace trace-ascii stderr output-dir etag-save libcurl "
-            "data header user request url user-agent config cookie form upload-file proxy max-time "
-            "write-out referer range"
-        ),
-    )
-    outdir = last(options, "output-dir")
-    for word in values(options, "o", "output"):
-        if word != "-":
-            fx.write_in(outdir, word, "a download")
-    for word in values(
-        options,
-        "D",
-        "dump-header",
-        "c",
-        "cookie-jar",
-        "trace",
-        "trace-ascii",
-        "stderr",
-        "etag-save",
-        "libcurl",
-    ):
-        if word not in ("-", "%"):
-            fx.write(word)
-    if has(options, "O", "remote-name", "remote-name-all", "J", "remote-header-name"):
-        fx.write(outdir or ".", "the download directory")
-
-
-def _wget(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(
-        args,
-        "OoaPeUtTwQiBlARDIXY",
-        names(
-            "output-document output-file append-output directory-prefix execute user-agent tries "
-            "timeout wait quota input-file base level accept reject domains include-directories "
-            "exclude-directories header user password post-data load-cookies save-cookies"
-        ),
-    )
-    prefix = last(options, "P", "directory-prefix")
-    documents = values(options, "O", "output-document")
-    for word in documents:
-        if word != "-":
-            fx.write(word, "a download")
-    for word in values(options, "o", "output-file", "a", "append-output", "save-cookies"):
-        fx.write(word)
-    if not documents:
-        fx.write(prefix or ".", "the download directory")
-
-
-def _unzip(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(args, "dxP")
-    if has(options, "l", "t", "p", "Z", "v", "z"):
-        return
-    fx.write(last(options, "d", default="."), "an extraction directory")
-
-
-def _zip(fx: Effects, args: Words) -> None:
-    _, operands = options_and_operands(args, "btnP")
-    if operands:
-        fx.write(operands[0], "an archive")
-
-
-def _rsync(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(
-        args,
-        "efBTM",
-        names(
-            "rsh exclude include filter files-from exclude-from include-from temp-dir backup-dir "
-            "log-file partial-dir compare-dest copy-dest link-dest chmod chown password-file port "
-            "timeout bwlimit suffix rsync-path"
-        ),
-    )
-    local = [w for w in operands if w is None or not re.match(r"^([^/:]+:|rsync://)", w)]
-    if len(operands) >= 2 and operands[-1] in local:
-        fx.write(operands[-1])
-    if has(options, "remove-source-files"):
-        for word in local[:-1]:
-            fx.write(word, "a moved file")
-    for word in values(options, "log-file", "backup-dir", "temp-dir", "T", "partial-dir"):
-        fx.write(word)
-
-
-_GIT_READS = {
-    "status", "log", "diff", "show", "ls-files", "ls-tree", "ls-remote", "rev-parse", "rev-list",
-    "grep", "blame", "describe", "shortlog", "cat-file", "help", "version", "whatchanged",
-    "--version", "--help", "config", "remote", "branch", "tag", "for-each-ref",
-}  # fmt: skip
-
-
-def _git(fx: Effects, args: Words) -> None:
-    options, rest = options_and_operands(
-        args, "Cc", ("git-dir", "work-tree", "namespace", "exec-path"), first_operand_stops=True
-    )
-    where = "."
-    for directory in values(options, "C"):
-        if directory is None:
-            fx.unsure("git -C names a folder only known when it runs")
-            return
-        where = os.path.join(where, directory)
-    for word in values(options, "git-dir", "work-tree"):
-        fx.write(word, "a git directory")
-    if not rest:
-        return
-    sub, sub_args = rest[0], rest[1:]
-    if sub in ("clone", "init"):
-        sub_options, operands = options_and_operands(
-            sub_args,
-            "bocujm",
-            names(
-                "branch origin config depth reference template separate-git-dir upload-pack jobs "
-                "filter shallow-since shallow-exclude object-format initial-branch"
-            ),
-        )
-        for word in values(sub_options, "separate-git-dir", "template"):
-            fx.write(word)
-        named = 1 if sub == "clone" else 0  # clone REPO [DIR], init [DIR]
-        if len(operands) > named:
-            fx.write_in(where, operands[named], "a repository")
-        else:
-            fx.write(where, "a repository")
-    elif sub == "archive":
-        options_, _ = options_and_operands(sub_args, "o", ("output", "format", "prefix", "remote"))
-        for word in values(options_, "o", "output"):
-            fx.write_in(where, word, "an archive")
-    elif sub == "worktree" and sub_args[:1] == ["add"]:
-        _, operands = options_and_operands(sub_args[1:], "bB")
-        if operands:
-            fx.write_in(where, operands[0], "a worktree")
-    elif sub not in _GIT_READS:
-        fx.write(where, "a repository")
 
 
 def _find(fx: Effects, args: Words) -> None:
@@ -412,42 +248,106 @@ def _su(fx: Effects, args: Words) -> None:
         fx.script(commands[-1])
 
 
-def _named_output(short: str, long: str) -> Callable[[Effects, Words], None]:
+def _output_options(short: str, long: str, written: str) -> Handler:
+    """A command that writes the files named by its ``written`` options (``short`` and
+    ``long`` list every option that takes a value)."""
+    takes, outputs = names(long), names(written)
+
     def handler(fx: Effects, args: Words) -> None:
-        options, _ = options_and_operands(args, short, (long,))
-        for word in values(options, short, long):
-            fx.write(word)
+        options, _ = options_and_operands(args, short, takes)
+        for word in values(options, *outputs):
+            if word != "-":
+                fx.write(word)
 
     return handler
 
 
-def _second_operand(fx: Effects, args: Words) -> None:
-    _, operands = options_and_operands(args, "fsw")
+def _mktemp(fx: Effects, args: Words) -> None:
+    """mktemp [-d] [-p DIR | --tmpdir[=DIR]] [-t] [TEMPLATE]: a new file or folder in DIR,
+    else in $TMPDIR or /tmp (-t, or no template), else where the template says."""
+    options, operands = options_and_operands(args, "p", ("suffix",))
+    if has(options, "u", "dry-run"):
+        return
+    template = operands[0] if operands else "tmp.XXXXXXXXXX"
+    chosen = [(n, v) for n, v in options if n in ("p", "tmpdir")][-1:]
+    if template is None or chosen[:1] == [("p", None)]:
+        fx.write(None, "a temporary file")
+        return
+    if operands and not chosen and not has(options, "t"):
+        fx.write(template, "a temporary file")
+        return
+    given = chosen[0][1] if chosen else None
+    env = fx.variable("TMPDIR")
+    from_env = [v for v in env if v != ""]
+    unset = not env or "" in env  # then the next choice applies
+    if has(options, "t"):  # -t: $TMPDIR first, then -p DIR, then /tmp
+        directories = from_env + ([given or "/tmp"] if unset else [])
+    else:  # -p DIR first, then $TMPDIR, then /tmp
+        directories = [given] if given else from_env + (["/tmp"] if unset else [])
+    for directory in directories:
+        if directory is None:
+            fx.write(None, "a temporary file")
+        else:
+            fx.write_in(directory, template, "a temporary file")
+
+
+def _split(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(
+        args,
+        "abClnt",
+        names("additional-suffix bytes line-bytes lines number separator suffix-length filter"),
+    )
+    prefix = operands[1] if len(operands) > 1 else "x"
+    fx.write(prefix, "split pieces")
+    for command in values(options, "filter"):  # run with $FILE set to each piece's name
+        fx.script(command, {"FILE": None if prefix is None else prefix + "*"})
+
+
+def _csplit(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(args, "bfn", ("suffix-format", "prefix", "digits"))
+    fx.write(last(options, "f", "prefix", default="xx"), "csplit pieces")
+
+
+def _uniq(fx: Effects, args: Words) -> None:
+    """uniq [INPUT [OUTPUT]]: the second operand is a file it writes."""
+    _, operands = options_and_operands(
+        args, "fsw", ("skip-fields", "skip-chars", "check-chars", "group", "all-repeated")
+    )
     if len(operands) > 1:
         fx.write(operands[1])
 
 
-def _compressor(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(args, "S", ("suffix",))
-    if not has(options, "c", "stdout", "l", "list", "t", "test", "k", "keep"):
-        for word in operands:
-            fx.write(word)
+def _link(fx: Effects, args: Words) -> None:
+    """link FILE1 FILE2: a hard link, like ln without -s."""
+    _, operands = options_and_operands(args, "")
+    if len(operands) == 2:
+        fx.write(operands[1])
+        fx.link(operands[0], ".")
 
 
-def _split(fx: Effects, args: Words) -> None:
-    _, operands = options_and_operands(
-        args, "abClnt", ("additional-suffix", "bytes", "line-bytes", "lines", "number")
-    )
-    fx.write(operands[1] if len(operands) > 1 else "x", "split pieces")
+def _rename(fx: Effects, args: Words) -> None:
+    """rename FROM TO FILE... (util-linux): each file, and its new name."""
+    _, operands = options_and_operands(args, "")
+    if len(operands) < 3 or None in operands[:2] or re.match(r"^(s|y|tr)\W", operands[0] or ""):
+        fx.unsure("rename computes the new names (perl's rename runs code)")
+        return
+    before, after = operands[0] or "", operands[1] or ""
+    for word in operands[2:]:
+        fx.write(word, "a moved file")
+        if word is not None:
+            fx.write(word.replace(before, after, 1))
+            fx.write(word.replace(before, after))
+            head, _, tail = word.rpartition(before)  # rename -l: the last one
+            fx.write(head + after + tail if before in word else word)
 
 
-def _patch(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(
-        args, "oidBDFgpr", ("output", "input", "directory", "reject-file")
-    )
-    for word in values(options, "o", "output", "r", "reject-file"):
-        fx.write(word)
-    fx.write(last(options, "d", "directory", default="."), "the files a patch names")
+def _openssl(fx: Effects, args: Words) -> None:
+    """openssl SUBCOMMAND ... -out FILE (-keyout, -certout, -writerand...)."""
+    for i, arg in enumerate(args[:-1]):
+        if arg is None:
+            fx.unsure("openssl gets an option that is only known when it runs")
+        elif arg in ("-out", "-keyout", "-certout", "-writerand", "-CAserial", "-sigout"):
+            fx.write(args[i + 1])
 
 
 def _make(fx: Effects, args: Words) -> None:
@@ -469,7 +369,9 @@ def _hash(fx: Effects, args: Words) -> None:  # -p: a name then runs another pro
         fx.unsure("it maps a command name to a program (hash -p)")
 
 
-COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
+COMMANDS: dict[str, Handler] = {
+    **ARCHIVERS,
+    **PROGRAMS,
     "history": _history,
     "hash": _hash,
     "touch": _all_operands("dtr", ("date", "reference")),
@@ -489,16 +391,7 @@ COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
     "mv": _copy_like("S", ("suffix",), moves=True),
     "install": _copy_like("mogS", ("mode", "owner", "group", "suffix"), makes_dirs=True),
     "ln": _copy_like("S", ("suffix",), links=True),
-    "sed": _sed,
-    "perl": _perl,
     "dd": _dd,
-    "tar": _tar,
-    "curl": _curl,
-    "wget": _wget,
-    "unzip": _unzip,
-    "zip": _zip,
-    "rsync": _rsync,
-    "git": _git,
     "find": _find,
     "xargs": _xargs,
     "sh": _shell,
@@ -508,15 +401,27 @@ COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
     "bash": _shell,
     "dash": _shell,
     "zsh": _shell,
-    "sort": _named_output("o", "output"),
-    "uniq": _second_operand,
-    "gzip": _compressor,
-    "gunzip": _compressor,
-    "bzip2": _compressor,
-    "bunzip2": _compressor,
-    "xz": _compressor,
-    "unxz": _compressor,
+    "sort": _output_options(
+        "kotST",
+        "key field-separator buffer-size temporary-directory output files0-from batch-size "
+        "compress-program parallel random-source",
+        "o output T temporary-directory",
+    ),
+    "shuf": _output_options("ino", "head-count input-range output random-source", "o output"),
+    "iconv": _output_options("fto", "from-code to-code output", "o output"),
+    "base64": _output_options("wbio", "wrap break input output", "o output"),  # -o: BSD's
+    "gpg": _output_options("oruz", "output recipient local-user homedir", "o output"),
+    "m4": _output_options(
+        "DUIlLoFRt",
+        "define undefine include error-output freeze-state reload-state",
+        "o F debugfile error-output freeze-state",
+    ),
+    "mktemp": _mktemp,
+    "uniq": _uniq,
+    "link": _link,
+    "rename": _rename,
+    "openssl": _openssl,
     "split": _split,
-    "patch": _patch,
+    "csplit": _csplit,
     "make": _make,
 }

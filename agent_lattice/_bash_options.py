@@ -9,7 +9,7 @@ so that a value is not mistaken for an operand.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 Words = list[str | None]
@@ -22,7 +22,10 @@ class Effects(Protocol):
     def link(self, target: str | None, base: str | None) -> None: ...
     def unsure(self, reason: str) -> None: ...
     def run(self, argv: Words, cwd: str | None = None) -> None: ...
-    def script(self, text: str | None) -> None: ...
+    def script(self, text: str | None, variables: Mapping[str, str | None] = ...) -> None:
+        """``text`` runs as a shell script, with ``variables`` set (None: not known)."""
+        ...
+
     def script_file(self, path: str | None) -> None: ...
     def variable(self, name: str) -> list[str | None]:
         """The values ``$name`` may have (none: it is not set)."""

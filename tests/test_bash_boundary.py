@@ -79,6 +79,8 @@ async def bash(tools, command: str):
     return await tools["Bash"].invoke({"command": command}, ctx)
 
 
+DIFF = "--- f\\n+++ f\\n@@ -1 +1 @@\\n-inside\\n+patched\\n"  # a patch of the file f
+
 ESCAPES = [
     "cd .. && touch x",
     "cd {out}; echo x > f",
@@ -125,6 +127,46 @@ ESCAPES = [
     "cd {out}; cd ~-; cd ~-; touch minus",
     "history -w {out}/hist",
     "hash -p /bin/touch t; t {out}/hashed",
+    "cat <<'EOF' > notes && touch {out}/after\nx\nEOF",  # tree-sitter nests it in the heredoc
+    # issue 37: writers the parser did not know, or knew only in part
+    "shuf -o {out}/s f",
+    "shuf -e a b --output={out}/s",
+    "mktemp -p {out}",
+    "mktemp -d --tmpdir={out} x.XXXXXX",
+    "TMPDIR={out} mktemp",
+    "TMPDIR={out} mktemp -t x.XXXXXX",
+    "mktemp {out}/x.XXXXXX",
+    "split --filter='cat > {out}/$FILE' f",
+    "csplit -s -f {out}/cs f 1",
+    "csplit -s --prefix {out}/cs f 1",
+    f"printf -- '{DIFF}' > fix.diff && patch -s {{out}}/victim fix.diff",
+    f"printf -- '{DIFF}' > fix.diff && patch -s -b -B {{out}}/ -p0 < fix.diff",
+    'awk \'BEGIN {{ print "x" > "{out}/a" }}\'',
+    'awk \'{{ printf "%s", $0 >> "{out}/a" }}\' f',
+    'awk \'BEGIN {{ print "x" | "cat > {out}/a" }}\'',
+    "awk 'BEGIN {{ system(\"touch {out}/a\") }}'",
+    "awk 'BEGIN {{ \"touch {out}/a\" | getline }}'",
+    "gawk -i inplace '{{ print \"x\" }}' {out}/victim",
+    'perl -e \'open(my $f, ">", "{out}/p") or die $!\'',
+    "perl -e 'system(\"touch {out}/p\") == 0 or die'",
+    'perl -MFile::Copy -e \'copy("f", "{out}/p") or die $!\'',
+    "sed -n 'w {out}/w' f",
+    "sed 's/i/I/w {out}/w' f",
+    "sed '1e touch {out}/e' f",
+    "sed -i'{out}/*' s/i/I/ f",
+    "iconv -f utf-8 -t utf-8 -o {out}/i f",
+    "link {out}/victim h && echo x >> h",
+    "uniq --skip-fields 1 f {out}/u",
+    "openssl rand -out {out}/o 8",
+    "openssl enc -base64 -in f -out {out}/o",
+    "zstd -q f -o {out}/z",
+    "lz4 -q f {out}/z",
+    "tar xfC a.tar {out}",
+    "sqlite3 {out}/db 'create table t(x)'",
+    "sqlite3 db '.shell touch {out}/s' '.exit 1'",
+    "ed -s {out}/victim <<< $'a\\nx\\n.\\nw'",
+    "vim -es -c 'w! {out}/v' -c '!touch {out}/v' -c cq f",
+    "ex -s -c '!touch {out}/x' -c cq f",
 ]
 
 
@@ -161,6 +203,17 @@ LEGITIMATE = [
     ("echo warn >&2; tmp=$TMPDIR; echo done > done.txt", "done.txt"),
     ("touch f{1..3} {a,b}.txt && rm f1 && cp f{,.bak}", "f.bak"),
     ("(cd src; touch in-src); touch top", "src/in-src"),
+    # what the parser now reads, used inside the workspace
+    ('awk \'$1 > 0 { print $1 > "awk.txt" } END { print NR | "cat > n.txt" }\' f', "n.txt"),
+    ("awk 'BEGIN { system(\"mkdir -p made\") }' && sed -n 's/i/I/w sed.txt' f", "sed.txt"),
+    ("sort -o s.txt f && shuf -o shuf.txt f && split -l 1 f piece. && csplit -s f 1", "xx00"),
+    ("cd src && mktemp -p . && mktemp tmp.XXXXXX && mktemp -d --tmpdir=.", "src"),
+    (
+        "echo old > g && patch -s -p1 <<'EOF'\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-old\n+new\nEOF",
+        "g",
+    ),
+    ("perl -ne 'print if /i/' f > perl.txt && perl -pi -e 's/i/I/' perl.txt", "perl.txt"),
+    ("sqlite3 db 'create table t(x); insert into t values (1)' && head -1 /proc/cpuinfo", "db"),
 ]
 
 
