@@ -24,6 +24,7 @@ from tree_sitter import Language, Node, Parser
 
 from ._bash_commands import COMMANDS, WRAPPERS
 from ._bash_options import Words, options_and_operands
+from ._bash_proc import is_process_secret, names_process_secret
 from ._bash_state import (
     MAX_ALTERNATIVES,
     ShellState,
@@ -45,11 +46,13 @@ _WRITE_REDIRECTS = {">", ">>", ">|", "&>", "&>>", ">&", "&>|"}
 @dataclass
 class BashReading:
     """What a command writes: paths as the shell names them (relative to where it starts), link
-    targets (``(target, base)``: relative to ``base``), and why the reader could not tell, if so."""
+    targets (``(target, base)``: relative to ``base``), and why the reader could not tell, if so;
+    and what it reads of other processes' secrets (/proc/<pid>/environ..., see _bash_proc)."""
 
     writes: list[str] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
     unsure: list[str] = field(default_factory=list)
+    secret_reads: list[str] = field(default_factory=list)
 
 
 def bash_write_targets(command: str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -104,6 +107,20 @@ class _Reader:
             if path not in self.reading.writes:
                 self.reading.writes.append(path)
 
+    def secret(self, path: str | None) -> None:
+        if path is not None and path not in self.reading.secret_reads:
+            self.reading.secret_reads.append(path)
+
+    def read(self, word: str | None, state: ShellState) -> None:
+        """A word that may name a file the command reads: a process's secrets under /proc?"""
+        if word is None:
+            return
+        for cwd in state.cwds:
+            if os.path.isabs(word) or (cwd is not None and os.path.isabs(cwd)):
+                path = os.path.join(cwd or "/", word)
+                if is_process_secret(path):
+                    self.secret(path)
+
     def link(self, target: str | None, base: str | None, state: ShellState) -> None:
         if target is None or base is None:
             self.unsure("it creates a link to a path that is only known when the command runs")
@@ -121,6 +138,7 @@ class _Reader:
         if depth > _MAX_DEPTH:
             self.unsure("it nests eval / sh -c / source / functions too deeply to follow")
             return
+        self.secret(names_process_secret(text))
         tree = Parser(_BASH).parse(text.encode())
         if tree.root_node.has_error:
             self.unsure("the shell syntax could not be parsed")
@@ -246,15 +264,15 @@ class _Reader:
                     [c for c in node.named_children if c.type in _FILE_REDIRECTS], state, depth
                 )
                 continue
-            if node.type != "file_redirect":
-                continue
             destination = node.child_by_field_name("destination")
-            if operator(node) not in _WRITE_REDIRECTS or destination is None:
+            if node.type != "file_redirect" or destination is None:
                 continue
             if destination.type == "number" or destination.text in (b"-",):
                 continue  # 2>&1, >&-: file descriptors, not files
             for word in self.word(destination, state, depth, split=False) or [None]:
-                self.write(word, state, "a redirection target")
+                self.read(word, state)
+                if operator(node) in _WRITE_REDIRECTS:
+                    self.write(word, state, "a redirection target")
 
     # -- commands --------------------------------------------------------------------------
 
@@ -322,6 +340,8 @@ class _Reader:
     ) -> None:
         words: Words = [w for a in argv for w in (a.split("\0") if a is not None else [None])]
         words = [w for w in words if w != ""]  # an empty unquoted expansion is no word
+        for word in words:
+            self.read(word, state)
         while words and words[0] in WRAPPERS:
             words = WRAPPERS[words[0]](words[1:])
         if not words:
@@ -459,6 +479,9 @@ class _Effects:
 
     def unsure(self, reason: str) -> None:
         self.reader.unsure(reason)
+
+    def secret(self, what: str) -> None:
+        self.reader.secret(what)
 
     def run(self, argv: Words, cwd: str | None = None) -> None:
         """``argv`` runs too (find -exec, xargs), in ``cwd`` if given."""

@@ -350,6 +350,32 @@ def _openssl(fx: Effects, args: Words) -> None:
             fx.write(args[i + 1])
 
 
+_PS_VALUES = {"-o", "-O", "-p", "-q", "-u", "-U", "-g", "-G", "-C", "-t", "-s", "--sort"}
+
+
+def _ps(fx: Effects, args: Words) -> None:
+    """ps e (BSD style, no dash): each process's environment, the worker's among them."""
+    for before, arg in zip([None, *args], args, strict=False):
+        if before in _PS_VALUES or arg is None or arg.startswith("-"):
+            continue
+        if "e" in arg:
+            fx.secret(f"ps {arg} (the environment of every process)")
+
+
+def _attach(fx: Effects, args: Words) -> None:
+    """gdb -p, strace -p, ltrace -p: a running process's memory."""
+    for arg in args:
+        if arg is None or arg in ("-p", "--pid", "attach") or arg.startswith(("-p", "--pid=")):
+            fx.secret("attaching to a running process (its memory and environment)")
+            return
+
+
+def _dump(fx: Effects, args: Words) -> None:
+    """gcore PID, pstack PID: a running process's memory."""
+    if args:
+        fx.secret("a dump of a running process (its memory and environment)")
+
+
 def _make(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args, "CfIjlOo", ("directory", "file", "include-dir", "jobs", "load-average")
@@ -424,4 +450,7 @@ COMMANDS: dict[str, Handler] = {
     "split": _split,
     "csplit": _csplit,
     "make": _make,
+    "ps": _ps,
+    **dict.fromkeys(("gdb", "strace", "ltrace"), _attach),
+    **dict.fromkeys(("gcore", "pstack", "eu-stack"), _dump),
 }

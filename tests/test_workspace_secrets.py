@@ -3,14 +3,18 @@ or LATTICE_HOME (issue 13, section 4)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
+import sys
+from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 
 import pytest
 
 from agent_lattice import OptionError, ToolContext, create_agent, create_builtin_tools
+from agent_lattice._bash import read_command
 from agent_lattice.testing import Script, text, tool_use
 
 PROVIDER_KEY = "sk-ant-canary-provider-7d1e0c9b5a3f"
@@ -145,6 +149,83 @@ async def test_secrets_under_loose_names_and_in_connection_strings_are_scrubbed(
     assert [n for n in LOOSE_SECRETS if n + "=" in out] == []
     assert "canary" not in out
     assert all(f"{name}={value}" in out for name, value in kept.items())
+
+
+PROC_READS = [
+    "cat /proc/$PPID/environ",
+    "tr '\\0' '\\n' < /proc/$PPID/environ",
+    "cd /proc/$PPID && cat environ",
+    "P=/proc/$PPID; cat $P/environ",
+    "sh -c 'cat /proc/$PPID/environ'",
+    "cat /proc/*/environ",
+    "grep -a KEY /proc/$PPID/task/*/environ",
+    "cat /proc/$(pgrep -f pytest | head -1)/environ",
+    "python3 -c \"import os; print(open('/proc/%d/environ' % os.getppid()).read())\"",
+    "xargs -0 -n1 echo < /proc/$PPID/cmdline",
+    "head -c 64 /proc/$PPID/mem",
+    "ls -l /proc/$PPID/fd/",
+    "grep -r KEY /proc/$PPID/",
+    "ps eww $PPID",
+]
+
+
+@pytest.mark.parametrize("command", PROC_READS)
+async def test_without_the_sandbox_bash_refuses_to_read_other_processes_secrets(tmp_path, command):
+    """As the worker's own user a command could read the worker's environment (API key and
+    all) at /proc/<pid>/environ, its arguments and its memory: refused, naming why."""
+    bash = create_builtin_tools(cwd=tmp_path, allowed_directories=[tmp_path], sandbox="off")[-1]
+    result = await bash.invoke({"command": command}, ctx())
+    payload = json.loads(result.content)
+    assert (
+        payload["error"] == "permission_denied"
+        and "the worker's credentials" in (payload["reason"])
+    )
+    assert "/proc/" in payload["reason"] or "ps " in payload["reason"]
+
+
+def test_the_reader_names_what_shows_another_processs_secrets():
+    def seen(command: str) -> list[str]:
+        return read_command(command, env={}).secret_reads
+
+    assert seen("cat /proc/1/environ /proc/self/cmdline") == [
+        "/proc/1/environ",
+        "/proc/self/cmdline",
+    ]
+    assert seen("cd /proc && cat 1/maps") == ["/proc", "/proc/1/maps"]
+    assert seen("cat /proc/self/../1/environ") == ["/proc/self/../1/environ"]
+    assert seen("gdb -batch -p 1") != [] and seen("strace -p1 -f") != []
+    assert seen("gcore 1") != [] and seen("ps auxe") != []
+    assert seen("ps -o pid,user -p 1 && ps aux && gdb ./a.out && cat /proc/cpuinfo") == []
+
+
+async def test_what_proc_shows_of_the_machine_stays_readable(tmp_path):
+    bash = create_builtin_tools(cwd=tmp_path, allowed_directories=[tmp_path], sandbox="off")[-1]
+    command = "head -1 /proc/cpuinfo /proc/loadavg /proc/self/status && ps aux | head -1"
+    result = await bash.invoke({"command": command}, ctx())
+    assert not result.is_error and "loadavg" in result.content, result.content
+
+
+LEAKY_WORKER = """
+import asyncio, sys
+from agent_lattice import ToolContext, create_builtin_tools
+
+async def main():
+    bash = create_builtin_tools(cwd=sys.argv[1], sandbox="off")[-1]
+    ctx = ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+    print((await bash.invoke({"command": "cat /proc/$PPID/environ"}, ctx)).content)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_worker_started_with_a_key_does_not_show_it_through_proc(tmp_path):
+    """The worker's key is in the environment it was started with, which /proc keeps."""
+    env = {**os.environ, "ANTHROPIC_API_KEY": PROVIDER_KEY}
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LEAKY_WORKER, ".", cwd=tmp_path, env=env, stdout=PIPE, stderr=STDOUT
+    )
+    out, _ = await run.communicate()
+    assert PROVIDER_KEY not in out.decode() and "permission_denied" in out.decode(), out
 
 
 @pytest.mark.parametrize(
