@@ -7,14 +7,19 @@ import asyncio
 import base64
 import json
 import os
+import re
+import string
 import sys
 from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from agent_lattice import OptionError, ToolContext, create_agent, create_builtin_tools
 from agent_lattice._bash import read_command
+from agent_lattice._sandbox import secret_url
 from agent_lattice.testing import Script, text, tool_use
 
 PROVIDER_KEY = "sk-ant-canary-provider-7d1e0c9b5a3f"
@@ -149,6 +154,82 @@ async def test_secrets_under_loose_names_and_in_connection_strings_are_scrubbed(
     assert [n for n in LOOSE_SECRETS if n + "=" in out] == []
     assert "canary" not in out
     assert all(f"{name}={value}" in out for name, value in kept.items())
+
+
+URL_SECRETS = {  # credentials shaped as URLs, under names that do not say so (issue 37)
+    "SLACK_HOOK": "https://hooks.slack.com/services/T0CANARY/B0CANARY/canary0123456789abcdef",
+    "ALERTS_DISCORD": "https://discord.com/api/webhooks/1234567/canary-abcDEF0123456789",
+    "TEAMS_CHANNEL": "https://acme.webhook.office.com/webhookb2/canary@x/IncomingWebhook/ab/cd",
+    "NOTIFY_URL": "https://notify.example.com/send?channel=ops&token=canary0123",
+    "BLOB_URL": "https://acct.blob.core.windows.net/c/b.txt?sv=2022-11-02&sig=canary%2F0123%3D",
+    "REPORT_UPLOAD": "https://b.s3.amazonaws.com/r.csv?X-Amz-Signature=canary0123456789abcdef",
+    "CHAT_POST": "https://chat.googleapis.com/v1/spaces/AAA/messages?key=canaryKey0123",
+    "BOT_ENDPOINT": "https://api.telegram.org/bot123456:AAHcanaryTokenValue0123XYZ/sendMessage",
+    "INGEST": "https://in.example.com/v1/Ab3dE6gH9jK2canary5pQ8sT1vW4",
+    "CALLBACK": "https://app.example.com/cb#access_token=canary0123456",
+}
+PLAIN_URLS = {
+    "PIP_INDEX_URL": "https://pypi.org/simple",
+    "HTTPS_PROXY": "http://proxy.internal:3128",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317",
+    "PINNED_SOURCE": "https://github.com/o/r/commit/4f2a9c0e1d2b3a4f5e6d7c8b9a0f1e2d3c4b5a69",
+    "ITEM_URL": "https://api.example.com/v1/items/123e4567-e89b-12d3-a456-426614174000",
+    "SEARCH_URL": "https://example.com/search?q=hello&page=2",
+    "WHEEL_URL": "https://files.example.com/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+}
+
+
+async def test_urls_that_are_credentials_are_scrubbed_whatever_their_name(tmp_path, monkeypatch):
+    """A Slack webhook in SLACK_HOOK reached the command: a webhook, or a URL with a token in
+    its path, query string or fragment, is a credential by itself."""
+    for name, value in {**URL_SECRETS, **PLAIN_URLS}.items():
+        monkeypatch.setenv(name, value)
+    bash = create_builtin_tools(cwd=tmp_path, sandbox="off")[-1]
+    out = (await bash.invoke({"command": "env"}, ctx())).content
+    assert [n for n in URL_SECRETS if n + "=" in out] == []
+    assert "canary" not in out.lower()
+    assert all(f"{name}={value}" in out for name, value in PLAIN_URLS.items())
+
+
+_WORD = st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=10)
+_TOKEN = st.tuples(
+    st.text(string.ascii_letters + string.digits, min_size=21, max_size=40),
+    st.sampled_from(string.ascii_lowercase),
+    st.sampled_from(string.ascii_uppercase),
+    st.sampled_from(string.digits),
+).map(lambda t: t[0] + t[1] + t[2] + t[3])
+_PARAM = st.sampled_from(["token", "access_token", "api_key", "apikey", "key", "sig", "secret"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(host=st.lists(_WORD, min_size=2, max_size=3), path=st.lists(_WORD, max_size=3),
+       token=_TOKEN, param=_PARAM, where=st.sampled_from(["path", "query", "fragment", "user"]))  # fmt: skip
+def test_a_token_anywhere_in_a_url_makes_it_secret(host, path, token, param, where):
+    base = f"https://{'.'.join(host)}/{'/'.join(path)}"
+    url = {
+        "path": f"{base}/{token}",
+        "query": f"{base}?page=2&{param}={token}",
+        "fragment": f"{base}#{param}={token}",
+        "user": f"https://{token}@{'.'.join(host)}/",
+    }[where]
+    assert secret_url(url) and secret_url(f"prefix {url} suffix")
+
+
+@settings(max_examples=200, deadline=None)
+@given(host=st.lists(_WORD, min_size=2, max_size=3), path=st.lists(_WORD, max_size=4),
+       query=st.lists(st.tuples(_WORD, _WORD), max_size=3))  # fmt: skip
+def test_urls_of_plain_words_are_not_secret(host, path, query):
+    words = [*host, *path, *(w for pair in query for w in pair)]
+    assume(not any("hook" in w for w in words) and not any(_names_a_secret(w) for w, _ in query))
+    url = f"https://{'.'.join(host)}/{'/'.join(path)}?{'&'.join(f'{k}={v}' for k, v in query)}"
+    assert not secret_url(url)
+
+
+def _names_a_secret(name: str) -> bool:
+    return (
+        re.search(r"token|key|secret|sig|pass|pwd|auth|credential|session|jwt|hmac", name)
+        is not None
+    )
 
 
 PROC_READS = [
