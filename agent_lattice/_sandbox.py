@@ -6,8 +6,9 @@ workspace, kept between commands and worker restarts), its own process namespace
 command kills everything it started) and IPC namespace, no capabilities, and, with
 ``network=False``, no network. The write-boundary parser stays in front of it for a clear
 refusal; the kernel is the boundary. ``sandbox="auto"`` uses it where it works and otherwise
-says so once in the log and relies on the parser alone (``network=False`` then refuses to run
-commands, as ``"required"`` does); ``"off"`` never uses it.
+says so once in the log and relies on the parser alone, a best-effort guard and no boundary
+(``network=False`` then refuses to run commands, as ``"required"`` does, and so does
+``LATTICE_SANDBOX=required`` on the worker); ``"off"`` never uses it.
 
 The environment: a command's output goes to the model, the workflow history and the
 transcripts, so nothing that looks like a credential is passed on — the provider key,
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from . import _settings
 from ._errors import OptionError
 from ._search import truncate
 from ._tools import ToolResult
@@ -301,21 +303,30 @@ async def jail(
     settings: ShellSettings, *, cwd: Path, roots: Sequence[Path]
 ) -> tuple[list[str] | None, str | None]:
     """The bwrap words to put before ``bash -c`` (None: no sandbox), or why the command may
-    not run at all (``sandbox="required"`` or ``network=False`` where none works)."""
+    not run at all (``sandbox="required"``, ``LATTICE_SANDBOX=required`` or ``network=False``
+    where none works)."""
     if settings.sandbox == "off":
         return None, None
+    required = settings.sandbox == "required" or _settings.bash_sandbox() == "required"
     problem = await asyncio.to_thread(sandbox_problem, settings.network)
     if problem is not None:
         # network=False is a promise only the sandbox keeps: refused like "required"
-        needs = 'sandbox="required"' if settings.sandbox == "required" else "network=False"
-        if settings.sandbox == "required" or not settings.network:
+        needs = (
+            'sandbox="required"'
+            if settings.sandbox == "required"
+            else "LATTICE_SANDBOX=required"
+            if required
+            else "network=False"
+        )
+        if required or not settings.network:
             message = f"Bash needs an OS sandbox ({needs}) and none works here: {problem}"
             _warn_once(message)
             return None, message
         _warn_once(
             f"Bash runs without an OS sandbox: {problem}. Writes are checked by the command "
-            'parser only; install bubblewrap, or pass sandbox="required" to refuse to run '
-            'without it (sandbox="off" silences this).'
+            "parser only, a best-effort guard and no boundary; install bubblewrap, or pass "
+            'sandbox="required" (or set LATTICE_SANDBOX=required) to refuse to run without it '
+            '(sandbox="off" silences this).'
         )
         return None, None
     words = [str(shutil.which("bwrap")), *_BASE_ARGS, "--die-with-parent", "--new-session"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice import ConfigurationError, ToolContext, _settings, create_agent_workspace_tools
 from agent_lattice._bash import read_command
 from agent_lattice._sandbox import _warn_once, sandbox_problem
 from agent_lattice.testing import assert_eventually
@@ -390,7 +390,7 @@ async def test_the_services_sockets_in_run_are_out_of_reach(tmp_path):
 
 KILLED_WORKER = """
 import asyncio, os, signal, sys
-from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice import ConfigurationError, ToolContext, _settings, create_agent_workspace_tools
 
 async def main():
     bash = create_agent_workspace_tools(sys.argv[1], sandbox="required")[-1]
@@ -500,6 +500,13 @@ async def test_without_a_sandbox_auto_warns_once_and_required_or_offline_refuses
         cut_off = await offline.invoke({"command": "touch x"}, ctx)
         assert cut_off.is_error and "network=False" in cut_off.content, cut_off.content
         assert reason in cut_off.content and not (tmp_path / "n" / "x").exists()
+        # LATTICE_SANDBOX=required on the worker: the tools left at "auto" refuse too
+        monkeypatch.setenv("LATTICE_SANDBOX", "required")
+        held = await auto.invoke({"command": "echo y > y"}, ctx)
+        assert held.is_error and "LATTICE_SANDBOX=required" in held.content, held.content
+        assert reason in held.content and not (tmp_path / "a" / "y").exists()
+        off = create_agent_workspace_tools(tmp_path / "o", sandbox="off")[-1]  # said on purpose
+        assert not (await off.invoke({"command": "echo y > y"}, ctx)).is_error
     finally:
         sandbox_problem.cache_clear()
 
@@ -510,3 +517,12 @@ def test_the_parser_gives_up_safely_on_huge_commands():
     cds = "\n".join(f"cd d{i} && echo x > f{i}" for i in range(200))  # 2**200 directories
     reading = read_command(cds, env={})
     assert any("directory not known" in r for r in reading.unsure)
+
+
+def test_lattice_sandbox_is_auto_or_required(monkeypatch):
+    for value, mode in (("", "auto"), ("auto", "auto"), (" Required ", "required")):
+        monkeypatch.setenv("LATTICE_SANDBOX", value)
+        assert _settings.bash_sandbox() == mode
+    monkeypatch.setenv("LATTICE_SANDBOX", "off")  # a worker setting may only ask for more
+    with pytest.raises(ConfigurationError, match="LATTICE_SANDBOX='off' is not 'auto' or"):
+        _settings.bash_sandbox()
