@@ -345,8 +345,8 @@ def _awk_regex_end(program: str, i: int) -> int:
 _PERL_REACHES = re.compile(
     r"\b(open|sysopen|opendir|system|exec|qx|readpipe|pipe|fork|rename|unlink|link|symlink"
     r"|mkdir|rmdir|truncate|chmod|chown|utime|dbmopen|tie|syscall|socket|require|use|do|eval"
-    r"|CORE|binmode|select|syswrite|glob|chdir|kill|dump|local\s*\$\^I)\b"
-    r"|`|\$\^I|&\s*[{$]|->|::"
+    r"|CORE|syswrite)\b"
+    r"|`|\$\^I|&\s*[{$]|->\s*[A-Za-z_]|::"  # $^I: in-place; Class->new, $obj->method
     r"|[/}|!#][a-zA-Z]*e[a-zA-Z]*\s*(?:[;)}]|$)",  # s///e: the replacement runs as code
     re.MULTILINE,
 )

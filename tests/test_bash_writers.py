@@ -171,6 +171,7 @@ def test_gawk_in_place_and_profile_files():
         "perl -lane 'print $F[0]' f",
         "perl -0777 -pe 's/a\\nb/c/g' f",
         "perl -MList::Util=sum -le 'print sum(1, 2)'",
+        "perl -lne 'binmode STDOUT, \":utf8\"; $h->{$_}++; END { print for keys %$h }' f",
     ],
 )
 def test_perl_one_liners_that_only_print_are_followed(command):
