@@ -5,56 +5,54 @@ Parsed with tree-sitter-bash, not bashlex (which raises NotImplementedError on `
 working directory through ``cd``/``pushd``/``popd`` (every directory a ``cd`` may leave the shell
 in), expands the variables the command assigns (every value one may hold) and its environment,
 and knows where the common writers put files (redirections, ``cp``/``mv``/``ln``/``tee``/``tar``/
-``curl``/``wget``/``git clone``/``rsync``/``find -exec``/``xargs``/...). What it cannot tell — a
-computed path, ``eval`` of a computed string, arguments on stdin, a parse error — is reported as
-unsure, and the caller decides (refused without an OS sandbox, left to the kernel with one).
+``curl``/``wget``/``git``/``rsync``/``find -exec``/``xargs``/``mktemp``/``sort -o``/...: see
+_bash_commands and _bash_archives) and reads the programs of sed, awk, perl one-liners, patch
+and sqlite3 (_bash_scripts). What it cannot tell — a computed path, ``eval`` of a computed
+string, arguments on stdin, a program it cannot see into, a parse error — is reported as unsure,
+and the caller decides (refused without an OS sandbox, left to the kernel with one).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import bracex
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from ._bash_commands import COMMANDS, WRAPPERS, Words, options_and_operands
+from ._bash_commands import COMMANDS, WRAPPERS
+from ._bash_options import Words, options_and_operands
+from ._bash_proc import is_process_secret, names_process_secret
+from ._bash_state import (
+    MAX_ALTERNATIVES,
+    ShellState,
+    cd,
+    popd,
+    printf_variable,
+    pushd,
+    read_variables,
+)
+from ._bash_words import braces, heredoc, node_text, operator, tilde, unescape
 
 __all__ = ["BashReading", "bash_write_targets", "read_command"]
 
 _BASH = Language(tree_sitter_bash.language())
-_MAX_ALTERNATIVES = 32  # of one word or argv: more is read as "unknown", not enumerated
 _MAX_DEPTH = 4  # nested eval / sh -c / source / function calls
-_SOURCE_LIMIT = 64 * 1024
 _WRITE_REDIRECTS = {">", ">>", ">|", "&>", "&>>", ">&", "&>|"}
 
 
 @dataclass
 class BashReading:
     """What a command writes: paths as the shell names them (relative to where it starts), link
-    targets (``(target, base)``: relative to ``base``), and why the reader could not tell, if so."""
+    targets (``(target, base)``: relative to ``base``), and why the reader could not tell, if so;
+    and what it reads of other processes' secrets (/proc/<pid>/environ..., see _bash_proc)."""
 
     writes: list[str] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
     unsure: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _State:
-    # directories the shell may be in ("" is where it started; None: not known)
-    cwds: set[str | None]
-    variables: dict[str, set[str | None]]
-    stack: list[set[str | None]] = field(default_factory=list)
-    oldpwd: set[str | None] = field(default_factory=lambda: {None})
-
-    def copy(self) -> _State:
-        variables = {k: set(v) for k, v in self.variables.items()}
-        return _State(set(self.cwds), variables, [set(s) for s in self.stack], set(self.oldpwd))
+    secret_reads: list[str] = field(default_factory=list)
 
 
 def bash_write_targets(command: str, env: Mapping[str, str] | None = None) -> list[str]:
@@ -67,7 +65,7 @@ def read_command(
 ) -> BashReading:
     """Read ``command`` as ``bash -c`` would run it in ``base`` with ``env``."""
     reader = _Reader(os.fspath(base))
-    state = _State({""}, {k: {v} for k, v in env.items()})
+    state = ShellState({""}, {k: {v} for k, v in env.items()})
     try:
         reader.script(command, state, depth=0)
     except RecursionError:  # thousands of chained commands: Python's stack, not bash's
@@ -81,6 +79,8 @@ class _Reader:
         self.reading = BashReading()
         self.functions: dict[str, Node] = {}
         self.seen: set[tuple[int, int]] = set()  # substitutions already read
+        # the redirections tree-sitter hangs on a list, by the list's last command
+        self.redirected_last: dict[tuple[int, int], list[Node]] = {}
 
     # -- results ---------------------------------------------------------------------------
 
@@ -88,7 +88,7 @@ class _Reader:
         if reason not in self.reading.unsure:
             self.reading.unsure.append(reason)
 
-    def write(self, word: str | None, state: _State, what: str = "a path") -> None:
+    def write(self, word: str | None, state: ShellState, what: str = "a path") -> None:
         if word is None:
             self.unsure(f"it writes to {what} that is only known when the command runs")
             return
@@ -107,7 +107,21 @@ class _Reader:
             if path not in self.reading.writes:
                 self.reading.writes.append(path)
 
-    def link(self, target: str | None, base: str | None, state: _State) -> None:
+    def secret(self, path: str | None) -> None:
+        if path is not None and path not in self.reading.secret_reads:
+            self.reading.secret_reads.append(path)
+
+    def read(self, word: str | None, state: ShellState) -> None:
+        """A word that may name a file the command reads: a process's secrets under /proc?"""
+        if word is None:
+            return
+        for cwd in state.cwds:
+            if os.path.isabs(word) or (cwd is not None and os.path.isabs(cwd)):
+                path = os.path.join(cwd or "/", word)
+                if is_process_secret(path):
+                    self.secret(path)
+
+    def link(self, target: str | None, base: str | None, state: ShellState) -> None:
         if target is None or base is None:
             self.unsure("it creates a link to a path that is only known when the command runs")
             return
@@ -120,17 +134,18 @@ class _Reader:
 
     # -- statements ------------------------------------------------------------------------
 
-    def script(self, text: str, state: _State, depth: int) -> None:
+    def script(self, text: str, state: ShellState, depth: int) -> None:
         if depth > _MAX_DEPTH:
             self.unsure("it nests eval / sh -c / source / functions too deeply to follow")
             return
+        self.secret(names_process_secret(text))
         tree = Parser(_BASH).parse(text.encode())
         if tree.root_node.has_error:
             self.unsure("the shell syntax could not be parsed")
         self.statement(tree.root_node, state, depth)
         self.sweep(tree.root_node, state, depth)
 
-    def sweep(self, node: Node, state: _State, depth: int) -> None:
+    def sweep(self, node: Node, state: ShellState, depth: int) -> None:
         """Command substitutions the statements did not reach still run: read them."""
         if node.type in ("command_substitution", "process_substitution"):
             self.substitution(node, state, depth)
@@ -138,7 +153,7 @@ class _Reader:
         for child in node.children:
             self.sweep(child, state, depth)
 
-    def substitution(self, node: Node, state: _State, depth: int) -> None:
+    def substitution(self, node: Node, state: ShellState, depth: int) -> None:
         key = (node.start_byte, node.end_byte)
         if key in self.seen:
             return
@@ -147,7 +162,7 @@ class _Reader:
         for child in node.named_children:
             self.statement(child, inner, depth)
 
-    def statement(self, node: Node, state: _State, depth: int) -> None:
+    def statement(self, node: Node, state: ShellState, depth: int) -> None:
         kind = node.type
         if kind in ("comment", "heredoc_body", "heredoc_start", "heredoc_end"):
             return
@@ -166,53 +181,69 @@ class _Reader:
             self.loop(node, state, depth)
         elif kind in _FILE_REDIRECTS:
             self.redirects([node], state, depth)
+            self.after_heredocs([node], state, depth)
         else:  # lists, if/case/compound statements, negation, test commands, subshells
             inner = state.copy() if kind == "subshell" else state  # its cd holds in it only
             for child in node.named_children:
                 self.statement(child, inner, depth)
 
-    def redirected(self, node: Node, state: _State, depth: int) -> None:
+    def redirected(self, node: Node, state: ShellState, depth: int) -> None:
         body, redirects = node.child_by_field_name("body"), node.children_by_field_name("redirect")
         if body is None or body.type == "command":
             self.redirects(redirects, state, depth)
-        if body is not None:
+        if body is not None and body.type == "command":
+            self.command(body, state, depth, redirects)
+        elif body is not None:  # tree-sitter hangs `a && b > f`'s redirect on the list:
+            last = body  # it is b's, after a
+            while last.type == "list" and last.named_children:
+                last = last.named_children[-1]
+            self.redirected_last[(last.start_byte, last.end_byte)] = redirects
             self.statement(body, state, depth)
-            if body.type != "command":  # tree-sitter hangs `a && b > f`'s redirect on the
-                self.redirects(redirects, state, depth)  # list: it is b's, after a
+            self.redirects(redirects, state, depth)
+        self.after_heredocs(redirects, state, depth)
 
-    def variables(self, node: Node, state: _State, depth: int) -> None:
+    def after_heredocs(self, redirects: list[Node], state: ShellState, depth: int) -> None:
+        """What follows a here-document's start on its line (``cat <<EOF && cmd``), which
+        tree-sitter puts inside the here-document: it runs after the command."""
+        for node in redirects:
+            if node.type == "heredoc_redirect":
+                for child in node.named_children:
+                    if child.type not in (*_FILE_REDIRECTS, "heredoc_start", "heredoc_end"):
+                        self.statement(child, state, depth)
+
+    def variables(self, node: Node, state: ShellState, depth: int) -> None:
         if node.type == "unset_command":
             for child in node.named_children[1:]:
-                state.variables.pop(_text(child), None)
+                state.variables.pop(node_text(child), None)
         for child in [node] if node.type == "variable_assignment" else node.named_children:
             if child.type == "variable_assignment":
                 self.assign(child, state, depth)
 
-    def function(self, node: Node, state: _State, depth: int) -> None:
+    def function(self, node: Node, state: ShellState, depth: int) -> None:
         name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
         if name is not None and body is not None:
-            self.functions[_text(name)] = body
+            self.functions[node_text(name)] = body
             # read now too: bash may call it by a computed name, or as command_not_found_handle
             if depth < _MAX_DEPTH:
                 self.statement(body, state.copy(), depth + 1)
 
-    def loop(self, node: Node, state: _State, depth: int) -> None:
+    def loop(self, node: Node, state: ShellState, depth: int) -> None:
         variable = node.child_by_field_name("variable")
         if variable is not None:
             values: set[str | None] = set()
             for word in node.children_by_field_name("value"):
                 values |= set(self.fields(word, state, depth) or [None])
-            state.variables[_text(variable)] = values or {None}
+            state.variables[node_text(variable)] = values or {None}
         for _ in range(2):  # a second pass sees what a cd in the body does to the next one
             for child in node.named_children:
                 if child.type in ("do_group", "compound_statement", "command", "list"):
                     self.statement(child, state, depth)
 
-    def assign(self, node: Node, state: _State, depth: int) -> None:
+    def assign(self, node: Node, state: ShellState, depth: int) -> None:
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         if name is None:
             return
-        key = _text(name).split("[", 1)[0]
+        key = node_text(name).split("[", 1)[0]
         if value is None:
             values: set[str | None] = {""}
         elif value.type == "array":
@@ -223,30 +254,41 @@ class _Reader:
         # union, never replace: the assignment may sit in a branch that does not run
         known = state.variables.setdefault(key, set())
         known.update(values)
-        if len(known) > _MAX_ALTERNATIVES:
+        if len(known) > MAX_ALTERNATIVES:
             state.variables[key] = {None}
 
-    def redirects(self, nodes: list[Node], state: _State, depth: int) -> None:
+    def redirects(self, nodes: list[Node], state: ShellState, depth: int) -> None:
         for node in nodes:
             if node.type == "heredoc_redirect":
                 self.redirects(
                     [c for c in node.named_children if c.type in _FILE_REDIRECTS], state, depth
                 )
                 continue
-            if node.type != "file_redirect":
-                continue
-            operator = next((c.type for c in node.children if not c.is_named), "")
             destination = node.child_by_field_name("destination")
-            if operator not in _WRITE_REDIRECTS or destination is None:
+            if node.type != "file_redirect" or destination is None:
                 continue
             if destination.type == "number" or destination.text in (b"-",):
                 continue  # 2>&1, >&-: file descriptors, not files
             for word in self.word(destination, state, depth, split=False) or [None]:
-                self.write(word, state, "a redirection target")
+                self.read(word, state)
+                if operator(node) in _WRITE_REDIRECTS:
+                    self.write(word, state, "a redirection target")
 
     # -- commands --------------------------------------------------------------------------
 
-    def command(self, node: Node, state: _State, depth: int) -> None:
+    def command(
+        self, node: Node, state: ShellState, depth: int, outer: list[Node] | None = None
+    ) -> None:
+        """``outer``: the redirections of a redirected statement this command is the body of."""
+        self.invocation(node, state, depth, outer)
+        self.after_heredocs(node.named_children, state, depth)
+
+    def invocation(
+        self, node: Node, state: ShellState, depth: int, outer: list[Node] | None
+    ) -> None:
+        if outer is None:
+            outer = self.redirected_last.get((node.start_byte, node.end_byte))
+        redirects = [c for c in node.named_children if c.type in _FILE_REDIRECTS]
         for child in node.named_children:
             if child.type == "variable_assignment":  # HOME=/x cd: for this command only,
                 self.assign(child, state, depth)  # but a possible value all the same
@@ -263,15 +305,43 @@ class _Reader:
         combos = 1
         for choice in alternatives:
             combos *= max(1, len(choice))
-        if combos > _MAX_ALTERNATIVES:
+        if combos > MAX_ALTERNATIVES:
             self.unsure("its arguments take too many possible values to follow")
             return
+        stdin = self.stdin([*redirects, *(outer or ())], state, depth)
         for argv in map(list, itertools.product(*alternatives)):
-            self.simple(argv, state, depth)
+            self.simple(argv, state, depth, stdin)
 
-    def simple(self, argv: list[str | None], state: _State, depth: int) -> None:
+    def stdin(self, redirects: list[Node], state: ShellState, depth: int) -> list[str] | None:
+        """What a command reads on standard input, if its own last input redirection says."""
+        found: list[str] | None = None
+        for node in redirects:
+            descriptor = node.child_by_field_name("descriptor")
+            if descriptor is not None and node_text(descriptor) != "0":
+                continue
+            if node.type == "heredoc_redirect":
+                found = heredoc(node)
+            elif node.type == "herestring_redirect" and node.named_children:
+                words = self.word(node.named_children[-1], state, depth, split=False)
+                found = None if words is None else [w + "\n" for w in words]
+            elif node.type == "file_redirect" and operator(node) in ("<", "<>"):
+                destination = node.child_by_field_name("destination")
+                words = None if destination is None else self.fields(destination, state, depth)
+                texts = [state.read(self.base, w) for w in words or [None]]
+                found = None if None in texts else [t for ts in texts for t in ts or ()]
+        return found
+
+    def simple(
+        self,
+        argv: list[str | None],
+        state: ShellState,
+        depth: int,
+        stdin: list[str] | None = None,
+    ) -> None:
         words: Words = [w for a in argv for w in (a.split("\0") if a is not None else [None])]
         words = [w for w in words if w != ""]  # an empty unquoted expansion is no word
+        for word in words:
+            self.read(word, state)
         while words and words[0] in WRAPPERS:
             words = WRAPPERS[words[0]](words[1:])
         if not words:
@@ -292,32 +362,32 @@ class _Reader:
             return
         handler = COMMANDS.get(name)
         if handler is not None:
-            handler(_Effects(self, state, depth), args)
+            handler(_Effects(self, state, depth, stdin), args)
 
     # -- words -----------------------------------------------------------------------------
 
-    def fields(self, node: Node, state: _State, depth: int) -> list[str | None] | None:
+    def fields(self, node: Node, state: ShellState, depth: int) -> list[str | None] | None:
         found = self.word(node, state, depth, split=True)
         if found is None:
             return None
         return [f for alt in found for f in alt.split("\0")]
 
-    def word(self, node: Node, state: _State, depth: int, *, split: bool) -> list[str] | None:
+    def word(self, node: Node, state: ShellState, depth: int, *, split: bool) -> list[str] | None:
         """The strings ``node`` may expand to (NUL joins the fields of a split word), or None."""
         kind = node.type
         if kind == "variable_assignment":
             value = node.child_by_field_name("value")
             return None if value is None else self.word(value, state, depth, split=False)
         if kind in ("word", "number", "command_name"):
-            text = _text(node)
+            text = node_text(node)
             if kind == "command_name" and node.named_children:
                 return self.word(node.named_children[0], state, depth, split=split)
-            expanded = _tilde(_unescape(text), state)
-            return None if expanded is None else _braces(expanded)
+            expanded = tilde(unescape(text), state)
+            return None if expanded is None else braces(expanded)
         if kind == "raw_string":
-            return [_text(node)[1:-1]]
+            return [node_text(node)[1:-1]]
         if kind == "ansi_c_string":
-            raw = _text(node)[2:-1]
+            raw = node_text(node)[2:-1]
             try:
                 return [raw.encode("latin-1", "backslashreplace").decode("unicode_escape")]
             except UnicodeDecodeError:
@@ -325,7 +395,7 @@ class _Reader:
         if kind == "string":
             return self.concatenate(node.named_children, state, depth, split=False)
         if kind == "string_content":
-            return [_text(node)]
+            return [node_text(node)]
         if kind in ("simple_expansion", "expansion"):
             return self.expand(node, state, split)
         if kind in ("command_substitution", "process_substitution"):
@@ -335,16 +405,16 @@ class _Reader:
             found = self.concatenate(node.named_children, state, depth, split=split)
             literal = ("word", "brace_expression")
             if found is not None and all(c.type in literal for c in node.named_children):
-                found = _braces(found)
+                found = braces(found)
             return found
         if kind == "brace_expression":  # {1..3}; inside a word, expanded with the word
-            text = _text(node)
+            text = node_text(node)
             inside = node.parent is not None and node.parent.type == "concatenation"
-            return [text] if inside else _braces([text])
+            return [text] if inside else braces([text])
         return None  # $(( )) and the rest: not followed
 
     def concatenate(
-        self, parts: list[Node], state: _State, depth: int, *, split: bool
+        self, parts: list[Node], state: ShellState, depth: int, *, split: bool
     ) -> list[str] | None:
         results = [""]
         for part in parts:
@@ -352,11 +422,11 @@ class _Reader:
             if found is None:
                 return None
             results = [a + b for a in results for b in found]
-            if len(results) > _MAX_ALTERNATIVES:
+            if len(results) > MAX_ALTERNATIVES:
                 return None
         return results
 
-    def expand(self, node: Node, state: _State, split: bool) -> list[str] | None:
+    def expand(self, node: Node, state: ShellState, split: bool) -> list[str] | None:
         names = [
             c for c in node.named_children if c.type in ("variable_name", "special_variable_name")
         ]
@@ -368,8 +438,8 @@ class _Reader:
             if operators[0].type not in (":-", "-") or len(operators) > 1:
                 return None  # ${x%/*}, ${x/a/b}, ...: not followed
             rest = [c for c in node.named_children if c is not names[0]]
-            default = [_text(c) for c in rest] or [""]
-        name = _text(names[0])
+            default = [node_text(c) for c in rest] or [""]
+        name = node_text(names[0])
         if name == "PWD":
             values = {None if c is None else os.path.join(self.base, c) for c in state.cwds}
         elif name.isdigit() or name in ("@", "*", "#"):
@@ -384,53 +454,16 @@ class _Reader:
         return ["\0".join(v.split()) for v in out] if split else out
 
 
-def _text(node: Node) -> str:  # Node.text is None only for a tree parsed without its source
-    return (node.text or b"").decode()
-
-
-def _unescape(text: str) -> str:
-    return _ESCAPED.sub(r"\1", text)
-
-
-_ESCAPED = re.compile(r"\\(.)", re.DOTALL)  # a backslash quotes the one character after it
-
-
-def _tilde(text: str, state: _State) -> list[str] | None:
-    if not text.startswith("~"):
-        return [text]
-    head, sep, rest = text.partition("/")
-    if head in ("~+", "~-"):  # $PWD (relative to wherever the shell is); $OLDPWD: not followed
-        return ["." + sep + rest] if head == "~+" else None
-    if head != "~":
-        return [os.path.expanduser(head) + sep + rest]
-    homes = state.variables.get("HOME") or {None}
-    if None in homes:
-        return None
-    return [h + sep + rest for h in homes if h is not None]
-
-
-def _braces(texts: list[str]) -> list[str] | None:
-    """Brace expansion (``cp a{,.bak}`` is ``cp a a.bak``): NUL-joined fields; None past a bound."""
-    out: list[str] = []
-    for text in texts:
-        if "{" not in text:
-            out.append(text)
-            continue
-        try:
-            out.append("\0".join(bracex.expand(text, limit=_MAX_ALTERNATIVES)))
-        except bracex.ExpansionLimitException:
-            return None  # too many names to check one by one
-    return out
-
-
 _FILE_REDIRECTS = ("file_redirect", "heredoc_redirect", "herestring_redirect")
 
 
 class _Effects:
     """What a command handler may report: writes, links, a cd, and doubts."""
 
-    def __init__(self, reader: _Reader, state: _State, depth: int) -> None:
-        self.reader, self.state, self.depth = reader, state, depth
+    def __init__(
+        self, reader: _Reader, state: ShellState, depth: int, stdin: list[str] | None = None
+    ) -> None:
+        self.reader, self.state, self.depth, self.input = reader, state, depth, stdin
 
     def write(self, word: str | None, what: str = "a path") -> None:
         self.reader.write(word, self.state, what)
@@ -447,6 +480,9 @@ class _Effects:
     def unsure(self, reason: str) -> None:
         self.reader.unsure(reason)
 
+    def secret(self, what: str) -> None:
+        self.reader.secret(what)
+
     def run(self, argv: Words, cwd: str | None = None) -> None:
         """``argv`` runs too (find -exec, xargs), in ``cwd`` if given."""
         state = self.state
@@ -460,115 +496,53 @@ class _Effects:
             }
         self.reader.simple(list(argv), state, self.depth + 1)
 
-    def script(self, text: str | None) -> None:
+    def script(self, text: str | None, variables: Mapping[str, str | None] = {}) -> None:
         if text is None:
             self.unsure("it runs a shell script that is only known when the command runs")
-        else:
-            self.reader.script(text, self.state.copy(), self.depth + 1)
+            return
+        state = self.state.copy()
+        state.variables.update({name: {value} for name, value in variables.items()})
+        self.reader.script(text, state, self.depth + 1)
 
     def script_file(self, path: str | None) -> None:  # bash build.sh: read as source reads it
         _source(self.reader, [path], self.state.copy(), self.depth, verb="runs the script")
 
+    def variable(self, name: str) -> list[str | None]:
+        return sorted(self.state.variables.get(name, ()), key=lambda v: (v is None, v))
 
-def _cd(reader: _Reader, args: Words, state: _State, depth: int, *, push: bool = False) -> None:
-    _, operands = options_and_operands(args, "")
-    if operands and operands[0] == "-":
-        targets = state.oldpwd
-    elif operands:
-        targets = {operands[0]} | _cdpath(operands[0], state)
-    else:
-        targets = state.variables.get("HOME") or {None}
-    new: set[str | None] = set()
-    for cwd in state.cwds:
-        for target in targets:
-            if target is None or (cwd is None and not os.path.isabs(target)):
-                new.add(None)
-            else:
-                new.add(target if os.path.isabs(target) else os.path.join(cwd or "", target) or ".")
-    if push:
-        state.stack.append(set(state.cwds))
-    state.oldpwd = set(state.cwds)
-    _widen(state, new)  # a cd may fail and leave the shell where it was
+    def read_file(self, path: str | None) -> list[str] | None:
+        return self.state.read(self.reader.base, path)
+
+    def stdin(self) -> list[str] | None:
+        return self.input
 
 
-def _cdpath(target: str | None, state: _State) -> set[str | None]:
-    """Where ``cd target`` may go through a CDPATH the command sets (not the worker's own)."""
-    if target is None or target.startswith(("/", "./", "../")) or target in (".", ".."):
-        return set()
-    found: set[str | None] = set()
-    for value in state.variables.get("CDPATH", set()):
-        if value is None:
-            return {None}
-        found |= {os.path.join(d or ".", target) for d in value.split(":")}
-    return found
-
-
-def _widen(state: _State, cwds: set[str | None]) -> None:
-    """Add directories the shell may be in; past a bound, say "not known" instead (each
-    relative cd doubles the set, and dozens of them would take forever to enumerate)."""
-    state.cwds |= cwds
-    if len(state.cwds) > _MAX_ALTERNATIVES:
-        state.cwds = {None}
-
-
-def _pushd(reader: _Reader, args: Words, state: _State, depth: int) -> None:
-    if not args:  # swap the top two
-        if state.stack:
-            _widen(state, state.stack[-1])
-        return
-    if any(a is None or (a[:1] in "+-" and a[1:].isdigit()) for a in args):
-        state.cwds.add(None)
-        return
-    _cd(reader, args, state, depth, push=True)
-
-
-def _popd(reader: _Reader, args: Words, state: _State, depth: int) -> None:
-    if args:
-        state.cwds.add(None)
-    elif state.stack:
-        _widen(state, state.stack.pop())
-
-
-def _eval(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+def _eval(reader: _Reader, args: Words, state: ShellState, depth: int) -> None:
     if any(a is None for a in args):
         reader.unsure("it evals a string that is only known when the command runs")
     else:
         reader.script(" ".join(a for a in args if a is not None), state, depth + 1)
 
 
-def _source(reader: _Reader, args: Words, state: _State, depth: int, verb: str = "sources") -> None:
+def _source(
+    reader: _Reader, args: Words, state: ShellState, depth: int, verb: str = "sources"
+) -> None:
     file = args[0] if args else None
-    text = None
-    for cwd in state.cwds if file is not None else ():
-        if cwd is None and not os.path.isabs(file or ""):
-            break
-        path = Path(reader.base, cwd or "", file or "")
-        try:
-            if path.is_file() and path.stat().st_size <= _SOURCE_LIMIT:
-                text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            pass
-    if text is None:
+    texts = state.read(reader.base, file)
+    if texts is None:
         reader.unsure(f"it {verb} {file or 'a file'}, which the reader cannot see")
-    else:
+    for text in texts or ():
         reader.script(text, state, depth + 1)
 
 
-def _read_vars(reader: _Reader, args: Words, state: _State, depth: int) -> None:
-    _, operands = options_and_operands(args, "pdntuaNe")
-    for name in operands:
-        if name is not None:
-            state.variables[name] = {None}
-
-
-def _trap(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+def _trap(reader: _Reader, args: Words, state: ShellState, depth: int) -> None:
     """``trap 'cmd' EXIT``: the string runs later, in this shell."""
     _, operands = options_and_operands(args, "")
     if len(operands) >= 2 and operands[0] != "-":
         _eval(reader, operands[:1], state, depth)
 
 
-def _alias(reader: _Reader, args: Words, state: _State, depth: int) -> None:
+def _alias(reader: _Reader, args: Words, state: ShellState, depth: int) -> None:
     """An alias may run where its name is used (with ``shopt -s expand_aliases``)."""
     for arg in args:
         if arg is None:
@@ -577,23 +551,26 @@ def _alias(reader: _Reader, args: Words, state: _State, depth: int) -> None:
             _eval(reader, [arg.split("=", 1)[1]], state.copy(), depth)
 
 
-def _printf(reader: _Reader, args: Words, state: _State, depth: int) -> None:
-    if len(args) > 1 and args[0] == "-v" and args[1] is not None:
-        state.variables[args[1]] = {None}
+_Special = Callable[[_Reader, Words, ShellState, int], None]
 
 
-_SPECIAL: dict[str, Callable[[_Reader, Words, _State, int], None]] = {
-    "cd": _cd,
-    "pushd": _pushd,
-    "popd": _popd,
+def _on_state(change: Callable[[Words, ShellState], None]) -> _Special:
+    """A builtin that moves the shell or sets its variables, and does nothing else."""
+    return lambda reader, args, state, depth: change(args, state)
+
+
+_SPECIAL: dict[str, _Special] = {
+    "cd": _on_state(cd),
+    "pushd": _on_state(pushd),
+    "popd": _on_state(popd),
     "eval": _eval,
     "source": _source,
     ".": _source,
-    "read": _read_vars,
-    "mapfile": _read_vars,
-    "readarray": _read_vars,
-    "getopts": _read_vars,
-    "printf": _printf,
+    "read": _on_state(read_variables),
+    "mapfile": _on_state(read_variables),
+    "readarray": _on_state(read_variables),
+    "getopts": _on_state(read_variables),
+    "printf": _on_state(printf_variable),
     "trap": _trap,
     "alias": _alias,
 }

@@ -1,8 +1,7 @@
 """Where common commands write, given their arguments (for agent_lattice._bash).
 
-Each handler gets the command's words after its name (None: a word known only when the
-command runs) and reports writes, links and doubts through an ``Effects``. The option tables
-list the options that take a value, so that a value is not mistaken for an operand.
+Each handler reads the command's words (see agent_lattice._bash_options) and reports what it
+writes, links and runs through an ``Effects``.
 """
 
 from __future__ import annotations
@@ -10,85 +9,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
-Words = list[str | None]
-
-
-class Effects(Protocol):
-    def write(self, word: str | None, what: str = ...) -> None: ...
-    def write_in(self, directory: str | None, word: str | None, what: str = ...) -> None: ...
-    def link(self, target: str | None, base: str | None) -> None: ...
-    def unsure(self, reason: str) -> None: ...
-    def run(self, argv: Words, cwd: str | None = None) -> None: ...
-    def script(self, text: str | None) -> None: ...
-    def script_file(self, path: str | None) -> None: ...
-
-
-Options = list[tuple[str, str | None]]
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(text.split())
-
-
-def options_and_operands(
-    args: Words, short: str, long: Iterable[str] = (), *, first_operand_stops: bool = False
-) -> tuple[Options, Words]:
-    """Split ``args`` GNU-style: ``short`` letters and ``long`` names take a value."""
-    takes = set(long)
-    options: Options = []
-    operands: Words = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if (
-            arg is None
-            or arg == "-"
-            or not arg.startswith("-")
-            or (operands and first_operand_stops)
-        ):
-            operands.append(arg)
-            if first_operand_stops:
-                operands += args[i:]
-                break
-            continue
-        if arg == "--":
-            operands += args[i:]
-            break
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            if not eq and name in takes and i < len(args):
-                value, i = args[i] or "", i + 1
-                options.append((name, None if args[i - 1] is None else value))
-            else:
-                options.append((name, value if eq else None))
-            continue
-        for j, letter in enumerate(arg[1:], 1):
-            if letter in short:
-                value = arg[j + 1 :]
-                if not value and i < len(args):
-                    value, i = args[i], i + 1  # type: ignore[assignment]
-                options.append((letter, value))
-                break
-            options.append((letter, None))
-    return options, operands
-
-
-def _values(options: Options, *names: str) -> list[str | None]:
-    return [v for n, v in options if n in names]
-
-
-def _last(options: Options, *names: str, default: str | None = None) -> str | None:
-    """The value of the last of these options given (a later one wins, as in the tools)."""
-    values = _values(options, *names)
-    return values[-1] if values else default
-
-
-def _has(options: Options, *names: str) -> bool:
-    return any(n in names for n, _ in options)
-
+from ._bash_archives import ARCHIVERS
+from ._bash_options import (
+    Effects,
+    Handler,
+    Words,
+    has,
+    last,
+    names,
+    options_and_operands,
+    values,
+)
+from ._bash_scripts import PROGRAMS
 
 # -- wrappers: commands that run the rest of their words as a command --------------------
 
@@ -105,7 +38,7 @@ def _env(args: Words) -> Words:
     options, rest = options_and_operands(
         args, "uCS", ("unset", "chdir", "split-string"), first_operand_stops=True
     )
-    if _has(options, "C", "chdir", "S", "split-string"):
+    if has(options, "C", "chdir", "S", "split-string"):
         return [None]  # runs elsewhere / splits a string: not followed
     while rest and rest[0] is not None and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", rest[0]):
         rest = rest[1:]
@@ -147,7 +80,7 @@ def _all_operands(
 ) -> Callable[[Effects, Words], None]:
     def handler(fx: Effects, args: Words) -> None:
         options, operands = options_and_operands(args, short, long)
-        if _has(options, "reference"):
+        if has(options, "reference"):
             skip_ = 0
         else:
             skip_ = skip
@@ -167,11 +100,11 @@ def _copy_like(
 ) -> Callable[[Effects, Words], None]:
     def handler(fx: Effects, args: Words) -> None:
         options, operands = options_and_operands(args, short + "t", (*long, "target-directory"))
-        if makes_dirs and _has(options, "d", "directory"):
+        if makes_dirs and has(options, "d", "directory"):
             for word in operands:  # install -d DIRS
                 fx.write(word)
             return
-        target = _values(options, "t", "target-directory")
+        target = values(options, "t", "target-directory")
         if target:
             dest, sources, into_dir = target[-1], operands, True
         elif len(operands) >= 2:
@@ -184,8 +117,8 @@ def _copy_like(
         if moves:
             for word in sources:  # a move takes the file away from where it was
                 fx.write(word, "a moved file")
-        symbolic = _has(options, "s", "symbolic", "symbolic-link")
-        hard = not symbolic and (links or _has(options, "l", "link"))
+        symbolic = has(options, "s", "symbolic", "symbolic-link")
+        hard = not symbolic and (links or has(options, "l", "link"))
         for source in sources if symbolic or hard else ():
             if hard or dest is None:
                 fx.link(source, "." if hard else None)  # a hard link's source: from here
@@ -195,24 +128,6 @@ def _copy_like(
                     fx.link(source, dest)  # dest may be an existing directory
 
     return handler
-
-
-def _sed(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(args, "efl", ("expression", "file", "line-length"))
-    if not _has(options, "i", "in-place"):
-        return
-    scripted = _has(options, "e", "f", "expression", "file")
-    for word in operands if scripted else operands[1:]:
-        fx.write(word)
-
-
-def _perl(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(args, "eEIMmlx0", ())
-    if any(n == "i" or n.startswith("i") for n, _ in options) or any(
-        a is not None and re.match(r"^-[a-zA-Z]*i", a) for a in args
-    ):
-        for word in operands if _has(options, "e", "E") else operands[1:]:
-            fx.write(word)
 
 
 def _dd(fx: Effects, args: Words) -> None:
@@ -227,163 +142,6 @@ def _tee(fx: Effects, args: Words) -> None:
     _, operands = options_and_operands(args, "")
     for word in operands:
         fx.write(word)
-
-
-def _tar(fx: Effects, args: Words) -> None:
-    if args and args[0] is not None and re.fullmatch(r"[A-Za-z]+", args[0]):
-        args = [f"-{args[0]}", *args[1:]]  # old style: tar cvf x.tar
-    options, _ = options_and_operands(
-        args,
-        "fCbTXgKLNVIH",
-        _names(
-            "file directory exclude files-from exclude-from use-compress-program newer transform "
-            "owner group mode format label listed-incremental to-command"
-        ),
-    )
-    creates = _has(options, "c", "r", "u", "A", "create", "append", "update", "catenate", "delete")
-    extracts = _has(options, "x", "extract", "get")
-    archives = [v for v in _values(options, "f", "file") if v != "-"]
-    if creates:
-        for word in archives:
-            fx.write(word, "an archive")
-    if extracts:
-        fx.write(_last(options, "C", "directory", default="."), "an extraction directory")
-
-
-def _curl(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(
-        args,
-        "AbcdDeEFHKmorTuUwxXyYzCPQt",
-        _names(
-            "output dump-header cookie-jar trace trace-ascii stderr output-dir etag-save libcurl "
-            "data header user request url user-agent config cookie form upload-file proxy max-time "
-            "write-out referer range"
-        ),
-    )
-    outdir = _last(options, "output-dir")
-    for word in _values(options, "o", "output"):
-        if word != "-":
-            fx.write_in(outdir, word, "a download")
-    for word in _values(
-        options,
-        "D",
-        "dump-header",
-        "c",
-        "cookie-jar",
-        "trace",
-        "trace-ascii",
-        "stderr",
-        "etag-save",
-        "libcurl",
-    ):
-        if word not in ("-", "%"):
-            fx.write(word)
-    if _has(options, "O", "remote-name", "remote-name-all", "J", "remote-header-name"):
-        fx.write(outdir or ".", "the download directory")
-
-
-def _wget(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(
-        args,
-        "OoaPeUtTwQiBlARDIXY",
-        _names(
-            "output-document output-file append-output directory-prefix execute user-agent tries "
-            "timeout wait quota input-file base level accept reject domains include-directories "
-            "exclude-directories header user password post-data load-cookies save-cookies"
-        ),
-    )
-    prefix = _last(options, "P", "directory-prefix")
-    documents = _values(options, "O", "output-document")
-    for word in documents:
-        if word != "-":
-            fx.write(word, "a download")
-    for word in _values(options, "o", "output-file", "a", "append-output", "save-cookies"):
-        fx.write(word)
-    if not documents:
-        fx.write(prefix or ".", "the download directory")
-
-
-def _unzip(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(args, "dxP")
-    if _has(options, "l", "t", "p", "Z", "v", "z"):
-        return
-    fx.write(_last(options, "d", default="."), "an extraction directory")
-
-
-def _zip(fx: Effects, args: Words) -> None:
-    _, operands = options_and_operands(args, "btnP")
-    if operands:
-        fx.write(operands[0], "an archive")
-
-
-def _rsync(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(
-        args,
-        "efBTM",
-        _names(
-            "rsh exclude include filter files-from exclude-from include-from temp-dir backup-dir "
-            "log-file partial-dir compare-dest copy-dest link-dest chmod chown password-file port "
-            "timeout bwlimit suffix rsync-path"
-        ),
-    )
-    local = [w for w in operands if w is None or not re.match(r"^([^/:]+:|rsync://)", w)]
-    if len(operands) >= 2 and operands[-1] in local:
-        fx.write(operands[-1])
-    if _has(options, "remove-source-files"):
-        for word in local[:-1]:
-            fx.write(word, "a moved file")
-    for word in _values(options, "log-file", "backup-dir", "temp-dir", "T", "partial-dir"):
-        fx.write(word)
-
-
-_GIT_READS = {
-    "status", "log", "diff", "show", "ls-files", "ls-tree", "ls-remote", "rev-parse", "rev-list",
-    "grep", "blame", "describe", "shortlog", "cat-file", "help", "version", "whatchanged",
-    "--version", "--help", "config", "remote", "branch", "tag", "for-each-ref",
-}  # fmt: skip
-
-
-def _git(fx: Effects, args: Words) -> None:
-    options, rest = options_and_operands(
-        args, "Cc", ("git-dir", "work-tree", "namespace", "exec-path"), first_operand_stops=True
-    )
-    where = "."
-    for directory in _values(options, "C"):
-        if directory is None:
-            fx.unsure("git -C names a folder only known when it runs")
-            return
-        where = os.path.join(where, directory)
-    for word in _values(options, "git-dir", "work-tree"):
-        fx.write(word, "a git directory")
-    if not rest:
-        return
-    sub, sub_args = rest[0], rest[1:]
-    if sub in ("clone", "init"):
-        sub_options, operands = options_and_operands(
-            sub_args,
-            "bocujm",
-            _names(
-                "branch origin config depth reference template separate-git-dir upload-pack jobs "
-                "filter shallow-since shallow-exclude object-format initial-branch"
-            ),
-        )
-        for word in _values(sub_options, "separate-git-dir", "template"):
-            fx.write(word)
-        named = 1 if sub == "clone" else 0  # clone REPO [DIR], init [DIR]
-        if len(operands) > named:
-            fx.write_in(where, operands[named], "a repository")
-        else:
-            fx.write(where, "a repository")
-    elif sub == "archive":
-        options_, _ = options_and_operands(sub_args, "o", ("output", "format", "prefix", "remote"))
-        for word in _values(options_, "o", "output"):
-            fx.write_in(where, word, "an archive")
-    elif sub == "worktree" and sub_args[:1] == ["add"]:
-        _, operands = options_and_operands(sub_args[1:], "bB")
-        if operands:
-            fx.write_in(where, operands[0], "a worktree")
-    elif sub not in _GIT_READS:
-        fx.write(where, "a repository")
 
 
 def _find(fx: Effects, args: Words) -> None:
@@ -424,12 +182,12 @@ def _xargs(fx: Effects, args: Words) -> None:
     options, rest = options_and_operands(
         args,
         "adEILnPs",
-        _names(
+        names(
             "arg-file delimiter eof max-lines max-args max-procs max-chars replace process-slot-var"
         ),
         first_operand_stops=True,
     )
-    replace = _values(options, "I", "replace")
+    replace = values(options, "I", "replace")
     argv = rest or ["echo"]
     if replace and replace[-1]:
         argv = [None if a is not None and replace[-1] in a else a for a in argv]
@@ -443,9 +201,9 @@ def _shell(fx: Effects, args: Words) -> None:
     scripts = [v for n, v in options if n == "c"]
     if scripts:
         fx.script(scripts[-1])
-    elif operands and not _has(options, "s"):
+    elif operands and not has(options, "s"):
         fx.script_file(operands[0])
-    elif not _has(options, "version", "help"):
+    elif not has(options, "version", "help"):
         fx.unsure("it runs a shell script read from standard input")
 
 
@@ -457,7 +215,7 @@ def _flock(fx: Effects, args: Words) -> None:
     if not operands:
         return
     fx.write(operands[0], "a lock file")
-    commands = _values(options, "c", "command")
+    commands = values(options, "c", "command")
     if commands:
         fx.script(commands[-1])
     elif len(operands) > 1 and operands[1] is not None and operands[1].startswith("-c"):
@@ -471,11 +229,11 @@ def _script(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(
         args, "cEIOBT", ("command", "log-in", "log-out", "log-io", "log-timing")
     )
-    commands = _values(options, "c", "command")
+    commands = values(options, "c", "command")
     if commands:
         fx.script(commands[-1])
     for word in [
-        *_values(options, "I", "O", "B", "T", "log-in", "log-out", "log-io", "log-timing"),
+        *values(options, "I", "O", "B", "T", "log-in", "log-out", "log-io", "log-timing"),
         *(operands[:1] or ["typescript"]),
     ]:
         fx.write(word)
@@ -485,60 +243,150 @@ def _su(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args, "cgGs", ("command", "group", "shell", "session-command")
     )
-    commands = _values(options, "c", "command", "session-command")
+    commands = values(options, "c", "command", "session-command")
     if commands:
         fx.script(commands[-1])
 
 
-def _named_output(short: str, long: str) -> Callable[[Effects, Words], None]:
+def _output_options(short: str, long: str, written: str) -> Handler:
+    """A command that writes the files named by its ``written`` options (``short`` and
+    ``long`` list every option that takes a value)."""
+    takes, outputs = names(long), names(written)
+
     def handler(fx: Effects, args: Words) -> None:
-        options, _ = options_and_operands(args, short, (long,))
-        for word in _values(options, short, long):
-            fx.write(word)
+        options, _ = options_and_operands(args, short, takes)
+        for word in values(options, *outputs):
+            if word != "-":
+                fx.write(word)
 
     return handler
 
 
-def _second_operand(fx: Effects, args: Words) -> None:
-    _, operands = options_and_operands(args, "fsw")
+def _mktemp(fx: Effects, args: Words) -> None:
+    """mktemp [-d] [-p DIR | --tmpdir[=DIR]] [-t] [TEMPLATE]: a new file or folder in DIR,
+    else in $TMPDIR or /tmp (-t, or no template), else where the template says."""
+    options, operands = options_and_operands(args, "p", ("suffix",))
+    if has(options, "u", "dry-run"):
+        return
+    template = operands[0] if operands else "tmp.XXXXXXXXXX"
+    chosen = [(n, v) for n, v in options if n in ("p", "tmpdir")][-1:]
+    if template is None or chosen[:1] == [("p", None)]:
+        fx.write(None, "a temporary file")
+        return
+    if operands and not chosen and not has(options, "t"):
+        fx.write(template, "a temporary file")
+        return
+    given = chosen[0][1] if chosen else None
+    env = fx.variable("TMPDIR")
+    from_env = [v for v in env if v != ""]
+    unset = not env or "" in env  # then the next choice applies
+    if has(options, "t"):  # -t: $TMPDIR first, then -p DIR, then /tmp
+        directories = from_env + ([given or "/tmp"] if unset else [])
+    else:  # -p DIR first, then $TMPDIR, then /tmp
+        directories = [given] if given else from_env + (["/tmp"] if unset else [])
+    for directory in directories:
+        if directory is None:
+            fx.write(None, "a temporary file")
+        else:
+            fx.write_in(directory, template, "a temporary file")
+
+
+def _split(fx: Effects, args: Words) -> None:
+    options, operands = options_and_operands(
+        args,
+        "abClnt",
+        names("additional-suffix bytes line-bytes lines number separator suffix-length filter"),
+    )
+    prefix = operands[1] if len(operands) > 1 else "x"
+    fx.write(prefix, "split pieces")
+    for command in values(options, "filter"):  # run with $FILE set to each piece's name
+        fx.script(command, {"FILE": None if prefix is None else prefix + "*"})
+
+
+def _csplit(fx: Effects, args: Words) -> None:
+    options, _ = options_and_operands(args, "bfn", ("suffix-format", "prefix", "digits"))
+    fx.write(last(options, "f", "prefix", default="xx"), "csplit pieces")
+
+
+def _uniq(fx: Effects, args: Words) -> None:
+    """uniq [INPUT [OUTPUT]]: the second operand is a file it writes."""
+    _, operands = options_and_operands(
+        args, "fsw", ("skip-fields", "skip-chars", "check-chars", "group", "all-repeated")
+    )
     if len(operands) > 1:
         fx.write(operands[1])
 
 
-def _compressor(fx: Effects, args: Words) -> None:
-    options, operands = options_and_operands(args, "S", ("suffix",))
-    if not _has(options, "c", "stdout", "l", "list", "t", "test", "k", "keep"):
-        for word in operands:
-            fx.write(word)
+def _link(fx: Effects, args: Words) -> None:
+    """link FILE1 FILE2: a hard link, like ln without -s."""
+    _, operands = options_and_operands(args, "")
+    if len(operands) == 2:
+        fx.write(operands[1])
+        fx.link(operands[0], ".")
 
 
-def _split(fx: Effects, args: Words) -> None:
-    _, operands = options_and_operands(
-        args, "abClnt", ("additional-suffix", "bytes", "line-bytes", "lines", "number")
-    )
-    fx.write(operands[1] if len(operands) > 1 else "x", "split pieces")
+def _rename(fx: Effects, args: Words) -> None:
+    """rename FROM TO FILE... (util-linux): each file, and its new name."""
+    _, operands = options_and_operands(args, "")
+    if len(operands) < 3 or None in operands[:2] or re.match(r"^(s|y|tr)\W", operands[0] or ""):
+        fx.unsure("rename computes the new names (perl's rename runs code)")
+        return
+    before, after = operands[0] or "", operands[1] or ""
+    for word in operands[2:]:
+        fx.write(word, "a moved file")
+        if word is not None:
+            fx.write(word.replace(before, after, 1))
+            fx.write(word.replace(before, after))
+            head, _, tail = word.rpartition(before)  # rename -l: the last one
+            fx.write(head + after + tail if before in word else word)
 
 
-def _patch(fx: Effects, args: Words) -> None:
-    options, _ = options_and_operands(
-        args, "oidBDFgpr", ("output", "input", "directory", "reject-file")
-    )
-    for word in _values(options, "o", "output", "r", "reject-file"):
-        fx.write(word)
-    fx.write(_last(options, "d", "directory", default="."), "the files a patch names")
+def _openssl(fx: Effects, args: Words) -> None:
+    """openssl SUBCOMMAND ... -out FILE (-keyout, -certout, -writerand...)."""
+    for i, arg in enumerate(args[:-1]):
+        if arg is None:
+            fx.unsure("openssl gets an option that is only known when it runs")
+        elif arg in ("-out", "-keyout", "-certout", "-writerand", "-CAserial", "-sigout"):
+            fx.write(args[i + 1])
+
+
+_PS_VALUES = {"-o", "-O", "-p", "-q", "-u", "-U", "-g", "-G", "-C", "-t", "-s", "--sort"}
+
+
+def _ps(fx: Effects, args: Words) -> None:
+    """ps e (BSD style, no dash): each process's environment, the worker's among them."""
+    for before, arg in zip([None, *args], args, strict=False):
+        if before in _PS_VALUES or arg is None or arg.startswith("-"):
+            continue
+        if "e" in arg:
+            fx.secret(f"ps {arg} (the environment of every process)")
+
+
+def _attach(fx: Effects, args: Words) -> None:
+    """gdb -p, strace -p, ltrace -p: a running process's memory."""
+    for arg in args:
+        if arg is None or arg in ("-p", "--pid", "attach") or arg.startswith(("-p", "--pid=")):
+            fx.secret("attaching to a running process (its memory and environment)")
+            return
+
+
+def _dump(fx: Effects, args: Words) -> None:
+    """gcore PID, pstack PID: a running process's memory."""
+    if args:
+        fx.secret("a dump of a running process (its memory and environment)")
 
 
 def _make(fx: Effects, args: Words) -> None:
     options, _ = options_and_operands(
         args, "CfIjlOo", ("directory", "file", "include-dir", "jobs", "load-average")
     )
-    for word in _values(options, "C", "directory"):
+    for word in values(options, "C", "directory"):
         fx.write(word, "a make directory")
 
 
 def _history(fx: Effects, args: Words) -> None:
     options, operands = options_and_operands(args, "d")
-    for word in operands if _has(options, "a", "w") else ():  # -a/-w: to the file named
+    for word in operands if has(options, "a", "w") else ():  # -a/-w: to the file named
         fx.write(word)
 
 
@@ -547,7 +395,9 @@ def _hash(fx: Effects, args: Words) -> None:  # -p: a name then runs another pro
         fx.unsure("it maps a command name to a program (hash -p)")
 
 
-COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
+COMMANDS: dict[str, Handler] = {
+    **ARCHIVERS,
+    **PROGRAMS,
     "history": _history,
     "hash": _hash,
     "touch": _all_operands("dtr", ("date", "reference")),
@@ -567,16 +417,7 @@ COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
     "mv": _copy_like("S", ("suffix",), moves=True),
     "install": _copy_like("mogS", ("mode", "owner", "group", "suffix"), makes_dirs=True),
     "ln": _copy_like("S", ("suffix",), links=True),
-    "sed": _sed,
-    "perl": _perl,
     "dd": _dd,
-    "tar": _tar,
-    "curl": _curl,
-    "wget": _wget,
-    "unzip": _unzip,
-    "zip": _zip,
-    "rsync": _rsync,
-    "git": _git,
     "find": _find,
     "xargs": _xargs,
     "sh": _shell,
@@ -586,15 +427,30 @@ COMMANDS: dict[str, Callable[[Effects, Words], None]] = {
     "bash": _shell,
     "dash": _shell,
     "zsh": _shell,
-    "sort": _named_output("o", "output"),
-    "uniq": _second_operand,
-    "gzip": _compressor,
-    "gunzip": _compressor,
-    "bzip2": _compressor,
-    "bunzip2": _compressor,
-    "xz": _compressor,
-    "unxz": _compressor,
+    "sort": _output_options(
+        "kotST",
+        "key field-separator buffer-size temporary-directory output files0-from batch-size "
+        "compress-program parallel random-source",
+        "o output T temporary-directory",
+    ),
+    "shuf": _output_options("ino", "head-count input-range output random-source", "o output"),
+    "iconv": _output_options("fto", "from-code to-code output", "o output"),
+    "base64": _output_options("wbio", "wrap break input output", "o output"),  # -o: BSD's
+    "gpg": _output_options("oruz", "output recipient local-user homedir", "o output"),
+    "m4": _output_options(
+        "DUIlLoFRt",
+        "define undefine include error-output freeze-state reload-state",
+        "o F debugfile error-output freeze-state",
+    ),
+    "mktemp": _mktemp,
+    "uniq": _uniq,
+    "link": _link,
+    "rename": _rename,
+    "openssl": _openssl,
     "split": _split,
-    "patch": _patch,
+    "csplit": _csplit,
     "make": _make,
+    "ps": _ps,
+    **dict.fromkeys(("gdb", "strace", "ltrace"), _attach),
+    **dict.fromkeys(("gcore", "pstack", "eu-stack"), _dump),
 }

@@ -6,15 +6,18 @@ workspace, kept between commands and worker restarts), its own process namespace
 command kills everything it started) and IPC namespace, no capabilities, and, with
 ``network=False``, no network. The write-boundary parser stays in front of it for a clear
 refusal; the kernel is the boundary. ``sandbox="auto"`` uses it where it works and otherwise
-says so once in the log and relies on the parser alone (``network=False`` then refuses to run
-commands, as ``"required"`` does); ``"off"`` never uses it.
+says so once in the log and relies on the parser alone, a best-effort guard and no boundary
+(``network=False`` then refuses to run commands, as ``"required"`` does, and so does
+``LATTICE_SANDBOX=required`` on the worker); ``"off"`` never uses it.
 
 The environment: a command's output goes to the model, the workflow history and the
 transcripts, so nothing that looks like a credential is passed on — the provider key,
 ``TEMPORAL_*``, ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_PWD``, webhooks,
-database DSNs, URLs with a password or token in them, connection strings with a key or password,
-values shaped like well-known tokens (``sk-``, ``ghp_``, ``AKIA``...), and any variable whose
-value holds one of those values or a secret the host named (the agent's ``api_key``). ``env=`` passes what the host wants on purpose.
+database DSNs, URLs that are credentials whatever the variable's name (a password or token in
+them, a webhook, a token in the path or query string: ``secret_url``), connection strings with
+a key or password, values shaped like well-known tokens (``sk-``, ``ghp_``, ``AKIA``...), and
+any variable whose value holds one of those values or a secret the host named (the agent's
+``api_key``). ``env=`` passes what the host wants on purpose.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
 
+from . import _settings
 from ._errors import OptionError
 from ._search import truncate
 from ._tools import ToolResult
@@ -74,6 +79,54 @@ _SECRET_VALUE = re.compile(
     re.IGNORECASE,
 )
 _SECRET_MIN_LEN = 12  # shorter values are too likely to be ordinary words
+
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.IGNORECASE)
+_SECRET_PARAM = re.compile(  # ?token=, ?api_key=, &sig= (Azure SAS), X-Amz-Signature...
+    r"(^|[_.-])(token|access[_-]?token|api[_-]?key|apikey|key|secret|sig|signature|password"
+    r"|passwd|pwd|pass|auth|credential|session[_-]?id|sessionid|jwt|hmac)$",
+    re.IGNORECASE,
+)
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_:~+=-]{20,}")
+
+
+def secret_url(value: str) -> bool:
+    """Whether ``value`` holds a URL that is itself a credential, whatever the variable's name:
+    a password in it (``https://user:pass@``), a token as its user, a webhook (Slack, Discord,
+    Teams, Mattermost: anyone with the URL may post), a token in its path (a long random
+    segment, a JWT, Telegram's ``bot<token>``) or in its query string or fragment
+    (``?token=``, ``?key=``, ``&sig=``, ``X-Amz-Signature=``, or any value shaped like one)."""
+    for found in _URL.finditer(value):
+        try:
+            url = urlsplit(found.group())
+            user, password = url.username, url.password
+        except ValueError:  # a malformed port or address: not a URL after all
+            continue
+        if password or (user and len(user) >= 16):
+            return True
+        segments = [unquote(s) for s in url.path.split("/") if s]
+        host = (url.hostname or "").lower()
+        hooks = "hook" in host or any("hook" in s.lower() for s in segments)
+        if hooks and (len(segments) >= 2 or (segments and "hook" in host)):
+            return True
+        if any(_token_like(s) for s in segments):
+            return True
+        for name, given in parse_qsl(f"{url.query}&{url.fragment}"):
+            if (_SECRET_PARAM.search(name) and len(given) >= 8) or _token_like(given):
+                return True
+    return False
+
+
+def _token_like(text: str) -> bool:
+    """Random-looking: a JWT, or 20 or more letters of both cases and digits with no dot (a
+    file name has one; a hash or a UUID is lower case)."""
+    if text.startswith("eyJ") and len(text) >= 20:
+        return True
+    return bool(
+        _TOKEN_CHARS.fullmatch(text)
+        and re.search(r"[a-z]", text)
+        and re.search(r"[A-Z]", text)
+        and re.search(r"[0-9]", text)
+    )
 
 
 @dataclass(frozen=True)
@@ -145,7 +198,7 @@ def shell_environment(base: Mapping[str, str], settings: ShellSettings) -> dict[
     secrets = set(settings.secrets)
     kept: dict[str, str] = {}
     for name, value in base.items():
-        if _SECRET_NAME.search(name) or _SECRET_VALUE.search(value):
+        if _SECRET_NAME.search(name) or _SECRET_VALUE.search(value) or secret_url(value):
             if len(value) >= _SECRET_MIN_LEN:
                 secrets.add(value)
         elif not _UNSAFE_NAME.search(name):
@@ -250,21 +303,30 @@ async def jail(
     settings: ShellSettings, *, cwd: Path, roots: Sequence[Path]
 ) -> tuple[list[str] | None, str | None]:
     """The bwrap words to put before ``bash -c`` (None: no sandbox), or why the command may
-    not run at all (``sandbox="required"`` or ``network=False`` where none works)."""
+    not run at all (``sandbox="required"``, ``LATTICE_SANDBOX=required`` or ``network=False``
+    where none works)."""
     if settings.sandbox == "off":
         return None, None
+    required = settings.sandbox == "required" or _settings.bash_sandbox() == "required"
     problem = await asyncio.to_thread(sandbox_problem, settings.network)
     if problem is not None:
         # network=False is a promise only the sandbox keeps: refused like "required"
-        needs = 'sandbox="required"' if settings.sandbox == "required" else "network=False"
-        if settings.sandbox == "required" or not settings.network:
+        needs = (
+            'sandbox="required"'
+            if settings.sandbox == "required"
+            else "LATTICE_SANDBOX=required"
+            if required
+            else "network=False"
+        )
+        if required or not settings.network:
             message = f"Bash needs an OS sandbox ({needs}) and none works here: {problem}"
             _warn_once(message)
             return None, message
         _warn_once(
             f"Bash runs without an OS sandbox: {problem}. Writes are checked by the command "
-            'parser only; install bubblewrap, or pass sandbox="required" to refuse to run '
-            'without it (sandbox="off" silences this).'
+            "parser only, a best-effort guard and no boundary; install bubblewrap, or pass "
+            'sandbox="required" (or set LATTICE_SANDBOX=required) to refuse to run without it '
+            '(sandbox="off" silences this).'
         )
         return None, None
     words = [str(shutil.which("bwrap")), *_BASE_ARGS, "--die-with-parent", "--new-session"]

@@ -14,6 +14,7 @@ from ._errors import ConfigurationError
 
 __all__ = [
     "RECONNECT_ENV",
+    "bash_sandbox",
     "build_id",
     "channel_key",
     "channel_key_file",
@@ -149,6 +150,19 @@ def commit_notices() -> bool:
     if raw in ("off", "0", "false", "no"):
         return False
     raise ConfigurationError(f"LATTICE_COMMIT_NOTICES={raw!r} is not 'on' or 'off'")
+
+
+def bash_sandbox() -> str:
+    """``LATTICE_SANDBOX``: ``required`` makes the Bash tools left at ``sandbox="auto"`` (the
+    default) refuse to run commands where the OS sandbox does not work, as
+    ``sandbox="required"`` does; ``auto`` (default) leaves them as they are. Read where the
+    command runs (the worker): the worker image sets it."""
+    raw = os.environ.get("LATTICE_SANDBOX", "").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    if raw == "required":
+        return raw
+    raise ConfigurationError(f"LATTICE_SANDBOX={raw!r} is not 'auto' or 'required'")
 
 
 def metrics_port() -> int | None:

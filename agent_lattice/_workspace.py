@@ -7,8 +7,9 @@ resolved first (``..``, symlinks, absolute paths), so none escapes. A denial is 
 ``permission_denied`` result the model can act on. Bash has two lines: the command parser
 (agent_lattice._bash) refuses what it sees going outside, and the OS sandbox
 (agent_lattice._sandbox) holds what it cannot see; without the sandbox the parser also
-refuses what it cannot follow, and programs it cannot see into (``python -c``, ``make``)
-are held by nothing — pair Bash with a ``permission`` callback there.
+refuses what it cannot follow and reads of other processes' secrets under /proc (the
+worker's environment), and programs it cannot see into (``python -c``, ``make``) are held
+by nothing — pair Bash with a ``permission`` callback there.
 """
 
 from __future__ import annotations
@@ -148,9 +149,30 @@ class Boundary:
         }
         return ToolResult(content=json.dumps(payload, ensure_ascii=False), is_error=True)
 
+    def secret_denial(self, tool_name: str, reads: Sequence[str]) -> ToolResult:
+        """A refusal of a command that reads another process's secrets under /proc."""
+        payload = {
+            "error": "permission_denied",
+            "tool": tool_name,
+            "requested_path": reads[0],
+            "reason": (
+                f"it reads {', '.join(reads[:3])}: a process's environment, arguments and memory "
+                "hold the worker's credentials, which Bash does not show"
+            ),
+            "allowed_roots": [str(r) for r in self.roots],
+            "suggested_next_step": (
+                "Leave /proc/<pid>/ (environ, cmdline, mem, fd...) alone: the command's own "
+                "environment (env, printenv) is what it may use, secrets removed."
+            ),
+        }
+        return ToolResult(content=json.dumps(payload, ensure_ascii=False), is_error=True)
+
     def bash_denial(self, reading: BashReading, *, sandboxed: bool) -> ToolResult | None:
         """The first write or link outside the roots in ``reading``; with no OS sandbox to
-        stop what the reader could not follow, that too."""
+        stop what the reader could not follow, that too, and reads of other processes'
+        secrets (in the sandbox the worker's processes are out of sight)."""
+        if reading.secret_reads and not sandboxed:
+            return self.secret_denial("Bash", reading.secret_reads)
         for path in reading.writes:
             matches = glob.glob(str(Path(self.cwd, path))) if glob.has_magic(path) else []
             for each in (path, *matches):

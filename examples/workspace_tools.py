@@ -1,6 +1,10 @@
 """Seeds, "Agent Workspace Tools": create_agent() brings a private workspace and the built-in
 tools; create_bare_agent() + create_builtin_tools() assemble them by hand, here with a
-permission callback that refuses writes and shell access."""
+permission callback that refuses writes and shell access.
+
+Both require the OS sandbox for Bash (sandbox="required", the setting for production): where
+bubblewrap cannot run, Bash refuses commands instead of relying on its command parser alone,
+which is a best-effort guard and not a boundary."""
 
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ def fake(request: RecordedRequest) -> Reply:
 async def main() -> None:
     home = Path(tempfile.mkdtemp())
     scribe = create_agent(
-        name="scribe", workspace=str(home / "scribe"), **model_options("workspace_tools", fake)
+        name="scribe",
+        workspace={"path": str(home / "scribe"), "sandbox": "required"},
+        **model_options("workspace_tools", fake),
     )
     result = await scribe.prompt("Write your findings to report.md.")
     print(result.result)
@@ -46,7 +52,7 @@ async def main() -> None:
 
     reader = create_bare_agent(
         system_prompt="Use the configured project directory for file work.",
-        tools=create_builtin_tools(cwd=home, allowed_directories=[home]),
+        tools=create_builtin_tools(cwd=home, allowed_directories=[home], sandbox="required"),
         permission=approve,
         **model_options("workspace_tools", fake),
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice import ConfigurationError, ToolContext, _settings, create_agent_workspace_tools
 from agent_lattice._bash import read_command
 from agent_lattice._sandbox import _warn_once, sandbox_problem
 from agent_lattice.testing import assert_eventually
@@ -79,6 +79,8 @@ async def bash(tools, command: str):
     return await tools["Bash"].invoke({"command": command}, ctx)
 
 
+DIFF = "--- f\\n+++ f\\n@@ -1 +1 @@\\n-inside\\n+patched\\n"  # a patch of the file f
+
 ESCAPES = [
     "cd .. && touch x",
     "cd {out}; echo x > f",
@@ -125,6 +127,46 @@ ESCAPES = [
     "cd {out}; cd ~-; cd ~-; touch minus",
     "history -w {out}/hist",
     "hash -p /bin/touch t; t {out}/hashed",
+    "cat <<'EOF' > notes && touch {out}/after\nx\nEOF",  # tree-sitter nests it in the heredoc
+    # issue 37: writers the parser did not know, or knew only in part
+    "shuf -o {out}/s f",
+    "shuf -e a b --output={out}/s",
+    "mktemp -p {out}",
+    "mktemp -d --tmpdir={out} x.XXXXXX",
+    "TMPDIR={out} mktemp",
+    "TMPDIR={out} mktemp -t x.XXXXXX",
+    "mktemp {out}/x.XXXXXX",
+    "split --filter='cat > {out}/$FILE' f",
+    "csplit -s -f {out}/cs f 1",
+    "csplit -s --prefix {out}/cs f 1",
+    f"printf -- '{DIFF}' > fix.diff && patch -s {{out}}/victim fix.diff",
+    f"printf -- '{DIFF}' > fix.diff && patch -s -b -B {{out}}/ -p0 < fix.diff",
+    'awk \'BEGIN {{ print "x" > "{out}/a" }}\'',
+    'awk \'{{ printf "%s", $0 >> "{out}/a" }}\' f',
+    'awk \'BEGIN {{ print "x" | "cat > {out}/a" }}\'',
+    "awk 'BEGIN {{ system(\"touch {out}/a\") }}'",
+    "awk 'BEGIN {{ \"touch {out}/a\" | getline }}'",
+    "gawk -i inplace '{{ print \"x\" }}' {out}/victim",
+    'perl -e \'open(my $f, ">", "{out}/p") or die $!\'',
+    "perl -e 'system(\"touch {out}/p\") == 0 or die'",
+    'perl -MFile::Copy -e \'copy("f", "{out}/p") or die $!\'',
+    "sed -n 'w {out}/w' f",
+    "sed 's/i/I/w {out}/w' f",
+    "sed '1e touch {out}/e' f",
+    "sed -i'{out}/*' s/i/I/ f",
+    "iconv -f utf-8 -t utf-8 -o {out}/i f",
+    "link {out}/victim h && echo x >> h",
+    "uniq --skip-fields 1 f {out}/u",
+    "openssl rand -out {out}/o 8",
+    "openssl enc -base64 -in f -out {out}/o",
+    "zstd -q f -o {out}/z",
+    "lz4 -q f {out}/z",
+    "tar xfC a.tar {out}",
+    "sqlite3 {out}/db 'create table t(x)'",
+    "sqlite3 db '.shell touch {out}/s' '.exit 1'",
+    "ed -s {out}/victim <<< $'a\\nx\\n.\\nw'",
+    "vim -es -c 'w! {out}/v' -c '!touch {out}/v' -c cq f",
+    "ex -s -c '!touch {out}/x' -c cq f",
 ]
 
 
@@ -161,6 +203,17 @@ LEGITIMATE = [
     ("echo warn >&2; tmp=$TMPDIR; echo done > done.txt", "done.txt"),
     ("touch f{1..3} {a,b}.txt && rm f1 && cp f{,.bak}", "f.bak"),
     ("(cd src; touch in-src); touch top", "src/in-src"),
+    # what the parser now reads, used inside the workspace
+    ('awk \'$1 > 0 { print $1 > "awk.txt" } END { print NR | "cat > n.txt" }\' f', "n.txt"),
+    ("awk 'BEGIN { system(\"mkdir -p made\") }' && sed -n 's/i/I/w sed.txt' f", "sed.txt"),
+    ("sort -o s.txt f && shuf -o shuf.txt f && split -l 1 f piece. && csplit -s f 1", "xx00"),
+    ("cd src && mktemp -p . && mktemp tmp.XXXXXX && mktemp -d --tmpdir=.", "src"),
+    (
+        "echo old > g && patch -s -p1 <<'EOF'\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-old\n+new\nEOF",
+        "g",
+    ),
+    ("perl -ne 'print if /i/' f > perl.txt && perl -pi -e 's/i/I/' perl.txt", "perl.txt"),
+    ("sqlite3 db 'create table t(x); insert into t values (1)' && head -1 /proc/cpuinfo", "db"),
 ]
 
 
@@ -337,7 +390,7 @@ async def test_the_services_sockets_in_run_are_out_of_reach(tmp_path):
 
 KILLED_WORKER = """
 import asyncio, os, signal, sys
-from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice import ConfigurationError, ToolContext, _settings, create_agent_workspace_tools
 
 async def main():
     bash = create_agent_workspace_tools(sys.argv[1], sandbox="required")[-1]
@@ -447,6 +500,13 @@ async def test_without_a_sandbox_auto_warns_once_and_required_or_offline_refuses
         cut_off = await offline.invoke({"command": "touch x"}, ctx)
         assert cut_off.is_error and "network=False" in cut_off.content, cut_off.content
         assert reason in cut_off.content and not (tmp_path / "n" / "x").exists()
+        # LATTICE_SANDBOX=required on the worker: the tools left at "auto" refuse too
+        monkeypatch.setenv("LATTICE_SANDBOX", "required")
+        held = await auto.invoke({"command": "echo y > y"}, ctx)
+        assert held.is_error and "LATTICE_SANDBOX=required" in held.content, held.content
+        assert reason in held.content and not (tmp_path / "a" / "y").exists()
+        off = create_agent_workspace_tools(tmp_path / "o", sandbox="off")[-1]  # said on purpose
+        assert not (await off.invoke({"command": "echo y > y"}, ctx)).is_error
     finally:
         sandbox_problem.cache_clear()
 
@@ -457,3 +517,12 @@ def test_the_parser_gives_up_safely_on_huge_commands():
     cds = "\n".join(f"cd d{i} && echo x > f{i}" for i in range(200))  # 2**200 directories
     reading = read_command(cds, env={})
     assert any("directory not known" in r for r in reading.unsure)
+
+
+def test_lattice_sandbox_is_auto_or_required(monkeypatch):
+    for value, mode in (("", "auto"), ("auto", "auto"), (" Required ", "required")):
+        monkeypatch.setenv("LATTICE_SANDBOX", value)
+        assert _settings.bash_sandbox() == mode
+    monkeypatch.setenv("LATTICE_SANDBOX", "off")  # a worker setting may only ask for more
+    with pytest.raises(ConfigurationError, match="LATTICE_SANDBOX='off' is not 'auto' or"):
+        _settings.bash_sandbox()

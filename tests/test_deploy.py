@@ -298,6 +298,21 @@ def test_the_image_is_slim_runs_as_a_user_and_probes_the_metrics_endpoint():
     assert "LATTICE_METRICS_PORT" in (option.help or "")
 
 
+def test_the_worker_image_ships_the_bash_sandbox_and_requires_it():
+    """bubblewrap is the boundary of what agents' Bash commands may do (without it the command
+    parser is a best-effort guard, not a boundary): the image installs it, in the stage that
+    runs, before it drops root, and requires it; compose lets it build its namespaces."""
+    steps = dockerfile()
+    words = [word for word, _ in steps]
+    install = [i for i, (w, a) in enumerate(steps) if w == "RUN" and "bubblewrap" in a.split()]
+    assert install and re.search(r"apt-get install .*\bbubblewrap\b", steps[install[0]][1])
+    final = max(i for i, w in enumerate(words) if w == "FROM")
+    assert final < install[0] < words.index("USER")
+    assert dockerfile_env()["LATTICE_SANDBOX"] == "required"
+    options = set(compose()["services"]["worker"].get("security_opt", []))
+    assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= options
+
+
 def test_the_image_installs_a_worker_s_extras_and_copies_what_exists():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = set(pyproject["project"]["optional-dependencies"])

@@ -3,14 +3,23 @@ or LATTICE_HOME (issue 13, section 4)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
+import re
+import string
+import sys
+from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from agent_lattice import OptionError, ToolContext, create_agent, create_builtin_tools
+from agent_lattice._bash import read_command
+from agent_lattice._sandbox import secret_url
 from agent_lattice.testing import Script, text, tool_use
 
 PROVIDER_KEY = "sk-ant-canary-provider-7d1e0c9b5a3f"
@@ -145,6 +154,159 @@ async def test_secrets_under_loose_names_and_in_connection_strings_are_scrubbed(
     assert [n for n in LOOSE_SECRETS if n + "=" in out] == []
     assert "canary" not in out
     assert all(f"{name}={value}" in out for name, value in kept.items())
+
+
+URL_SECRETS = {  # credentials shaped as URLs, under names that do not say so (issue 37)
+    "SLACK_HOOK": "https://hooks.slack.com/services/T0CANARY/B0CANARY/canary0123456789abcdef",
+    "ALERTS_DISCORD": "https://discord.com/api/webhooks/1234567/canary-abcDEF0123456789",
+    "TEAMS_CHANNEL": "https://acme.webhook.office.com/webhookb2/canary@x/IncomingWebhook/ab/cd",
+    "NOTIFY_URL": "https://notify.example.com/send?channel=ops&token=canary0123",
+    "BLOB_URL": "https://acct.blob.core.windows.net/c/b.txt?sv=2022-11-02&sig=canary%2F0123%3D",
+    "REPORT_UPLOAD": "https://b.s3.amazonaws.com/r.csv?X-Amz-Signature=canary0123456789abcdef",
+    "CHAT_POST": "https://chat.googleapis.com/v1/spaces/AAA/messages?key=canaryKey0123",
+    "BOT_ENDPOINT": "https://api.telegram.org/bot123456:AAHcanaryTokenValue0123XYZ/sendMessage",
+    "INGEST": "https://in.example.com/v1/Ab3dE6gH9jK2canary5pQ8sT1vW4",
+    "CALLBACK": "https://app.example.com/cb#access_token=canary0123456",
+}
+PLAIN_URLS = {
+    "PIP_INDEX_URL": "https://pypi.org/simple",
+    "HTTPS_PROXY": "http://proxy.internal:3128",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317",
+    "PINNED_SOURCE": "https://github.com/o/r/commit/4f2a9c0e1d2b3a4f5e6d7c8b9a0f1e2d3c4b5a69",
+    "ITEM_URL": "https://api.example.com/v1/items/123e4567-e89b-12d3-a456-426614174000",
+    "SEARCH_URL": "https://example.com/search?q=hello&page=2",
+    "WHEEL_URL": "https://files.example.com/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+}
+
+
+async def test_urls_that_are_credentials_are_scrubbed_whatever_their_name(tmp_path, monkeypatch):
+    """A Slack webhook in SLACK_HOOK reached the command: a webhook, or a URL with a token in
+    its path, query string or fragment, is a credential by itself."""
+    for name, value in {**URL_SECRETS, **PLAIN_URLS}.items():
+        monkeypatch.setenv(name, value)
+    bash = create_builtin_tools(cwd=tmp_path, sandbox="off")[-1]
+    out = (await bash.invoke({"command": "env"}, ctx())).content
+    assert [n for n in URL_SECRETS if n + "=" in out] == []
+    assert "canary" not in out.lower()
+    assert all(f"{name}={value}" in out for name, value in PLAIN_URLS.items())
+
+
+_WORD = st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=10)
+_TOKEN = st.tuples(
+    st.text(string.ascii_letters + string.digits, min_size=21, max_size=40),
+    st.sampled_from(string.ascii_lowercase),
+    st.sampled_from(string.ascii_uppercase),
+    st.sampled_from(string.digits),
+).map(lambda t: t[0] + t[1] + t[2] + t[3])
+_PARAM = st.sampled_from(["token", "access_token", "api_key", "apikey", "key", "sig", "secret"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(host=st.lists(_WORD, min_size=2, max_size=3), path=st.lists(_WORD, max_size=3),
+       token=_TOKEN, param=_PARAM, where=st.sampled_from(["path", "query", "fragment", "user"]))  # fmt: skip
+def test_a_token_anywhere_in_a_url_makes_it_secret(host, path, token, param, where):
+    base = f"https://{'.'.join(host)}/{'/'.join(path)}"
+    url = {
+        "path": f"{base}/{token}",
+        "query": f"{base}?page=2&{param}={token}",
+        "fragment": f"{base}#{param}={token}",
+        "user": f"https://{token}@{'.'.join(host)}/",
+    }[where]
+    assert secret_url(url) and secret_url(f"prefix {url} suffix")
+
+
+@settings(max_examples=200, deadline=None)
+@given(host=st.lists(_WORD, min_size=2, max_size=3), path=st.lists(_WORD, max_size=4),
+       query=st.lists(st.tuples(_WORD, _WORD), max_size=3))  # fmt: skip
+def test_urls_of_plain_words_are_not_secret(host, path, query):
+    words = [*host, *path, *(w for pair in query for w in pair)]
+    assume(not any("hook" in w for w in words) and not any(_names_a_secret(w) for w, _ in query))
+    url = f"https://{'.'.join(host)}/{'/'.join(path)}?{'&'.join(f'{k}={v}' for k, v in query)}"
+    assert not secret_url(url)
+
+
+def _names_a_secret(name: str) -> bool:
+    return (
+        re.search(r"token|key|secret|sig|pass|pwd|auth|credential|session|jwt|hmac", name)
+        is not None
+    )
+
+
+PROC_READS = [
+    "cat /proc/$PPID/environ",
+    "tr '\\0' '\\n' < /proc/$PPID/environ",
+    "cd /proc/$PPID && cat environ",
+    "P=/proc/$PPID; cat $P/environ",
+    "sh -c 'cat /proc/$PPID/environ'",
+    "cat /proc/*/environ",
+    "grep -a KEY /proc/$PPID/task/*/environ",
+    "cat /proc/$(pgrep -f pytest | head -1)/environ",
+    "python3 -c \"import os; print(open('/proc/%d/environ' % os.getppid()).read())\"",
+    "xargs -0 -n1 echo < /proc/$PPID/cmdline",
+    "head -c 64 /proc/$PPID/mem",
+    "ls -l /proc/$PPID/fd/",
+    "grep -r KEY /proc/$PPID/",
+    "ps eww $PPID",
+]
+
+
+@pytest.mark.parametrize("command", PROC_READS)
+async def test_without_the_sandbox_bash_refuses_to_read_other_processes_secrets(tmp_path, command):
+    """As the worker's own user a command could read the worker's environment (API key and
+    all) at /proc/<pid>/environ, its arguments and its memory: refused, naming why."""
+    bash = create_builtin_tools(cwd=tmp_path, allowed_directories=[tmp_path], sandbox="off")[-1]
+    result = await bash.invoke({"command": command}, ctx())
+    payload = json.loads(result.content)
+    assert (
+        payload["error"] == "permission_denied"
+        and "the worker's credentials" in (payload["reason"])
+    )
+    assert "/proc/" in payload["reason"] or "ps " in payload["reason"]
+
+
+def test_the_reader_names_what_shows_another_processs_secrets():
+    def seen(command: str) -> list[str]:
+        return read_command(command, env={}).secret_reads
+
+    assert seen("cat /proc/1/environ /proc/self/cmdline") == [
+        "/proc/1/environ",
+        "/proc/self/cmdline",
+    ]
+    assert seen("cd /proc && cat 1/maps") == ["/proc", "/proc/1/maps"]
+    assert seen("cat /proc/self/../1/environ") == ["/proc/self/../1/environ"]
+    assert seen("gdb -batch -p 1") != [] and seen("strace -p1 -f") != []
+    assert seen("gcore 1") != [] and seen("ps auxe") != []
+    assert seen("ps -o pid,user -p 1 && ps aux && gdb ./a.out && cat /proc/cpuinfo") == []
+
+
+async def test_what_proc_shows_of_the_machine_stays_readable(tmp_path):
+    bash = create_builtin_tools(cwd=tmp_path, allowed_directories=[tmp_path], sandbox="off")[-1]
+    command = "head -1 /proc/cpuinfo /proc/loadavg /proc/self/status && ps aux | head -1"
+    result = await bash.invoke({"command": command}, ctx())
+    assert not result.is_error and "loadavg" in result.content, result.content
+
+
+LEAKY_WORKER = """
+import asyncio, sys
+from agent_lattice import ToolContext, create_builtin_tools
+
+async def main():
+    bash = create_builtin_tools(cwd=sys.argv[1], sandbox="off")[-1]
+    ctx = ToolContext(session_id="s", tool_use_id="t", tool_name="Bash")
+    print((await bash.invoke({"command": "cat /proc/$PPID/environ"}, ctx)).content)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_worker_started_with_a_key_does_not_show_it_through_proc(tmp_path):
+    """The worker's key is in the environment it was started with, which /proc keeps."""
+    env = {**os.environ, "ANTHROPIC_API_KEY": PROVIDER_KEY}
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LEAKY_WORKER, ".", cwd=tmp_path, env=env, stdout=PIPE, stderr=STDOUT
+    )
+    out, _ = await run.communicate()
+    assert PROVIDER_KEY not in out.decode() and "permission_denied" in out.decode(), out
 
 
 @pytest.mark.parametrize(
