@@ -55,6 +55,7 @@ __all__ = [
     "kid_of",
     "learn_encryption_secrets",
     "new_nonce",
+    "sealed",
 ]
 
 log = logging.getLogger("agent_lattice.stream")
@@ -146,6 +147,11 @@ def channel_id(key: ChannelKey) -> str:
 
 def kid_of(channel: str) -> str:
     return channel.partition(".")[0]
+
+
+def sealed(channel: str) -> bool:
+    """Whether ``channel``'s lines are encrypted (its key is an encryption key's)."""
+    return kid_of(channel).startswith("e")
 
 
 # -- the keys a process holds ------------------------------------------------------------------

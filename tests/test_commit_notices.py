@@ -4,12 +4,15 @@ history nor queries its stream per turn; a lost notice costs a read, never a mes
 
 from __future__ import annotations
 
+import base64
+import os
+
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowHistoryEventAsyncIterator
 
-from agent_lattice import AssistantMessage, ResultMessage, UserMessage
+from agent_lattice import AssistantMessage, ResultMessage, Runtime, UserMessage
 from agent_lattice.client import _follow
-from agent_lattice.testing import Script, text, tool_use
+from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
 from agent_lattice.worker import _commits
 
 from conftest import make_calculator
@@ -96,6 +99,29 @@ async def test_a_lost_notice_costs_a_read_not_a_message(
 
 
 @pytest.mark.slow
+async def test_with_encryption_keys_notices_travel_encrypted(
+    lattice_server, task_queue_prefix, fake_anthropic, workers, reads, monkeypatch
+):
+    """A worker with encryption keys sends its notices too, encrypted on the caller's sealed
+    channel (a key derived from the encryption keys), so the reader reads nothing per turn."""
+    monkeypatch.setattr(_follow, "NOTICE_QUIET_S", 30.0)
+    monkeypatch.setenv("LATTICE_ENCRYPTION_KEYS", f"k1:{base64.b64encode(os.urandom(32)).decode()}")
+    fake_anthropic.set_handler(
+        Script(*(tool_use("record", {"text": f"n{i}"}) for i in range(TURNS)), text("done"))
+    )
+    await workers()  # with the keys, from the environment
+    runtime = await Runtime.connect(lattice_server, settings=FAST_SETTINGS, inline_workers=False)
+    try:
+        messages = [
+            m async for m in build_agent(fake_anthropic.base_url).query("go", runtime=runtime)
+        ]
+    finally:
+        await runtime.close()
+    assert durable(messages) == EXPECTED
+    assert reads["query"] <= 1, reads
+    assert reads["page"] <= 8, reads
+
+
 async def test_a_worker_in_another_process_notices_over_tcp(
     remote_runtime, fake_anthropic, workers, reads, monkeypatch
 ):

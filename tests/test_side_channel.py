@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 
 from pydantic import BaseModel
 
@@ -190,3 +191,74 @@ async def test_a_worker_elsewhere_cut_mid_stream_shows_the_loss_then_the_answer(
     later = [m for m in messages[at:] if m.type == "stream_event"]
     assert later and all(m.attempt == 2 for m in later)
     assert isinstance(messages[-1], ResultMessage) and messages[-1].result == "the answer"
+
+
+class Recorder:
+    """A TCP proxy that keeps every byte it forwards (what a capture between hosts sees)."""
+
+    def __init__(self, target: str) -> None:
+        self.host, port = target.removeprefix("tcp://").rsplit(":", 1)
+        self.port = int(port)
+        self.seen = bytearray()
+        self.address = ""
+
+    async def start(self) -> Recorder:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.address = f"tcp://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                self.seen += data
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def close(self) -> None:
+        self._server.close()
+
+
+async def test_with_encryption_keys_a_capture_of_the_channel_shows_no_content(
+    monkeypatch, tmp_path
+):
+    """Live tokens and a commit notice through a proxy between worker and caller: under a
+    key derived from the encryption keys the proxy sees none of their text; under the home
+    key (signed, not encrypted) it does, so the capture can fail."""
+    monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
+    from agent_lattice._channel_keys import caller_channel_key, learn_encryption_secrets
+
+    secret = "SECRET-ANSWER-7f3a"
+    event = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": secret}}
+    for sealed in (True, False):
+        key = learn_encryption_secrets([os.urandom(32)])[0] if sealed else caller_channel_key()
+        receiver = StreamReceiver(key=key)
+        recorder = await Recorder(await receiver.start()).start()
+        got: list = []
+
+        async def deliver(item, got=got) -> None:
+            got.append(item)
+
+        try:
+            channel = receiver.open(deliver)
+            async with StreamSender(recorder.address, channel, turn=1, attempt=1) as sender:
+                await sender.send(event)
+            _, writer, seal = await open_channel(recorder.address, channel)
+            notice = Committed(from_offset=0, upto=1, items=[{"data": secret, "offset": 0}])
+            writer.write(seal.seal(json.dumps({"committed": notice.model_dump()}).encode()) + b"\n")
+            writer.write(seal.seal(b'{"end": true}') + b"\n")
+            await writer.drain()
+            for _ in range(100):
+                if len(got) == 2:
+                    break
+                await asyncio.sleep(0.02)
+            writer.close()
+            assert got == [LiveItem(event=event), notice]  # both arrived whole
+            assert (secret.encode() in recorder.seen) is not sealed, (sealed, bytes(recorder.seen))
+        finally:
+            await recorder.close()
+            await receiver.close()

@@ -27,6 +27,7 @@ from typing import Any
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.worker import Worker
 
+from .._channel_keys import sealed
 from .._streaming import _LOCAL, ChannelRefused, Committed, open_channel
 from ._sandbox import _DirectContexts
 
@@ -51,15 +52,14 @@ def send_commit_notices(worker: Worker) -> Callable[[], None] | None:
     workflows = getattr(worker, "_workflow_worker", None)
     if workflows is None:
         return None
-    if worker.client.data_converter.payload_codec is not None:
-        # the side channel is plain TCP: encrypted payloads stay off it (their readers read)
-        return None
     real = getattr(workflows, "_bridge_worker", None)
     runs = getattr(workflows, "_running_workflows", None)
     if not callable(real) or not isinstance(runs, dict):
         log.warning("this temporalio keeps its workflow bridge elsewhere: no commit notices")
         return None
-    channels = _Channels()
+    # with encryption keys, what a run published crosses the network only encrypted: to
+    # callers whose channel is sealed under an encryption key's channel key (``e...``)
+    channels = _Channels(sealed_only=worker.client.data_converter.payload_codec is not None)
     bridge = _Bridge(real, runs, channels)
     setattr(workflows, "_bridge_worker", lambda: bridge)  # noqa: B010 (the SDK's private)
 
@@ -99,11 +99,14 @@ class _Bridge:
 class _Channels:
     """One connection per caller's channel, kept while its run goes on."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sealed_only: bool = False) -> None:
         self._open: dict[tuple[str, str], _Channel] = {}
         self._failed: dict[str, float] = {}  # addresses that could not be reached, and when
+        self._sealed_only = sealed_only
 
     def send(self, address: str, channel: str, notice: Committed, *, last: bool) -> None:
+        if self._sealed_only and address not in _LOCAL and not sealed(channel):
+            return  # its reader reads (under the codec) instead
         failed = self._failed.get(address)
         if failed is not None and time.monotonic() - failed < RETRY_UNREACHABLE_S:
             return  # its reader reads instead
