@@ -25,12 +25,13 @@ from ._bash_options import (
     options_and_operands,
     values,
 )
+from ._errors import LatticeError
 
 # -- sed ---------------------------------------------------------------------------------
 
 
-class _Unreadable(Exception):
-    """A program the reader cannot follow to the end."""
+class _Unreadable(LatticeError):
+    """A program the reader cannot follow to the end (caught here: the command is unsure)."""
 
 
 def _sed(fx: Effects, args: Words) -> None:
