@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sqlite3
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from agent_lattice import (
     ModelMessage,
     ToolResultBlock,
     UnknownEncryptionKeyError,
+    create_bare_agent,
     create_jsonl_history_store,
     create_postgres_history_store,
 )
@@ -32,7 +33,17 @@ from agent_lattice._transcripts import (
     SqliteTranscriptStore,
     TranscriptStore,
 )
-from agent_lattice.testing import SAMPLE_CONVERSATION
+from agent_lattice.client import Runtime
+from agent_lattice.testing import (
+    FAST_SETTINGS,
+    SAMPLE_CONVERSATION,
+    FakeAnthropicServer,
+    Script,
+    text,
+)
+from agent_lattice.workflows._types import AgentRunOutput
+
+from conftest import API_KEY, TRANSCRIPT_TABLES, table_text
 
 K1 = base64.b64encode(os.urandom(32)).decode()
 K2 = base64.b64encode(os.urandom(32)).decode()
@@ -43,37 +54,6 @@ def keys(text: str | None) -> EncryptionKeys | None:
 
 
 ONLY_K1, BOTH, ONLY_K2 = f"k1:{K1}", f"k2:{K2},k1:{K1}", f"k2:{K2}"
-
-
-@pytest.fixture
-def pg_schema(postgres_dsn: str) -> Iterator[str]:
-    """A DSN whose tables are made in a schema of this test's own, dropped at its end."""
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    schema = f"at_rest_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield make_conninfo(postgres_dsn, options=f"-csearch_path={schema}")
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-async def table_text(dsn: str, *tables: str) -> str:
-    """Every row of ``tables`` as text, as a grep of the table would see it."""
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        out = []
-        for table in tables:
-            rows = await (await conn.execute(f"SELECT t::text FROM {table} t")).fetchall()
-            out += [row[0] for row in rows]
-        return "\n".join(out)
-
-
-TRANSCRIPT_TABLES = ("lattice_chunks", "lattice_links", "lattice_blobs", "lattice_tool_calls")
 
 
 def sqlite_text(path: Path) -> str:
@@ -181,8 +161,6 @@ async def test_transcript_rows_are_encrypted_and_rotate_from_k1_to_k2(
 async def test_a_store_from_before_key_ids_gets_them_when_opened(tmp_path: Path) -> None:
     """A SQLite store made by an earlier version (no key_id columns) keeps its rows and takes
     encrypted ones beside them."""
-    import sqlite3
-
     path = tmp_path / "t.db"
     with sqlite3.connect(path) as db:
         db.executescript(
@@ -281,3 +259,67 @@ async def test_a_history_store_follows_the_runtime_keys_when_asked(
     assert [m.content for m in await mine.load()] == ["under k1", "under k2"]
     with pytest.raises(ConfigurationError, match="encryption_keys: key 'k1' is not valid base64"):
         create_jsonl_history_store(path=path, encryption_keys="k1:not base64!")
+
+
+async def test_a_session_goes_on_as_keys_are_turned_on_and_rotated(
+    lattice_server: str,
+    fake_anthropic: FakeAnthropicServer,
+    task_queue_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One conversation, each query from a process of its own: before keys, under k1, under
+    k2,k1, under k2 alone; the model gets the whole conversation each time (each process
+    stores the conversation it resumes under its own first key). What k1 wrote is still
+    there, and a process with k2 alone that reads it is told it lacks k1."""
+    for name in (
+        "LATTICE_TRANSCRIPT_DSN",
+        "LATTICE_ENCRYPTION_KEYS",
+        "LATTICE_ENCRYPTION_KEYS_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    monkeypatch.setenv("LATTICE_HOME", str(home))
+    session = f"s{uuid.uuid4().hex[:10]}"
+    fake_anthropic.set_handler(Script(text("one"), text("two"), text("three"), text("four")))
+
+    async def prompt(key_text: str | None, words: str) -> str | None:
+        runtime = await Runtime.connect(
+            lattice_server, settings=FAST_SETTINGS, encryption_keys=key_text
+        )
+        try:
+            agent = create_bare_agent(
+                api_key=API_KEY,
+                base_url=fake_anthropic.base_url,
+                model="claude-test",
+                name="rotating",
+                session_id=session,
+            ).bind_runtime(runtime)
+            return (await agent.prompt(words)).result
+        finally:
+            await runtime.close()
+
+    said = ["before the keys", "one", "under k1", "two", "under k2, k1 listed", "three"]
+    assert await prompt(None, said[0]) == "one"
+    assert await prompt(ONLY_K1, said[2]) == "two"
+    assert await prompt(BOTH, said[4]) == "three"
+    assert await prompt(ONLY_K2, "k1 dropped") == "four"
+    sent = [str(m["content"]) for m in fake_anthropic.requests[-1].messages]
+    assert [next(w for w in said if w in m) for m in sent[:-1]] == said
+
+    runtime = await Runtime.connect(lattice_server, encryption_keys=BOTH)
+    try:
+        handle = runtime.client.get_workflow_handle(
+            f"rotating-{session}-2", result_type=AgentRunOutput
+        )
+        head = (await handle.result()).head  # the transcript the k1 worker wrote
+    finally:
+        await runtime.close()
+    assert head is not None
+    with sqlite3.connect(home / "transcripts.db") as db:
+        ids = {row[0] for row in db.execute("SELECT DISTINCT key_id FROM lattice_chunks")}
+    assert ids == {None, "k1", "k2"}
+    store = SqliteTranscriptStore(home / "transcripts.db", keys(BOTH))
+    assert "under k1" in str(await store.messages(head))
+    with pytest.raises(UnknownEncryptionKeyError, match="key 'k1', which this process was not"):
+        await SqliteTranscriptStore(home / "transcripts.db", keys(ONLY_K2)).messages(head)
