@@ -17,9 +17,9 @@ Every error the library raises derives from :class:`LatticeError`::
     │   │   └── ServerGoneError     the server a process connected to is gone for good: stopped
     │   │                           (``lattice server stop``), moved, or another server answers
     │   │                           at its address
-    │   ├── UnknownEncryptionKeyError  a payload is encrypted with a key this process (or the
-    │   │                              run's worker, for a start or an update) was not given
-    │   │                              (``agent_lattice.worker``, with the codec)
+    │   ├── UnknownEncryptionKeyError  a payload, or a transcript or history store record, is
+    │   │                              encrypted with a key this process (or the run's worker,
+    │   │                              for a start or an update) was not given (``_keys``)
     │   └── UnencryptedPayloadError    a payload reached a run unencrypted and its worker has
     │                                  keys (strict): refused, not acted on
     ├── HookError              a hook raised: the query stops and query()/prompt() raise it

@@ -8,6 +8,10 @@ the worker serving it: :class:`RunLandings`); ``replace(messages)``
 follows compaction and ``agent.replace_history()``. Store failures are logged and the conversation continues in memory,
 unless the store was created with ``fail_on_error=True``: then they raise
 :class:`HistoryStoreError` out of ``query()``/``prompt()``.
+
+The JSONL and Postgres stores take ``encryption_keys=``: each message is then stored
+AES-256-GCM encrypted as ``{"encrypted": ..., "key_id": ...}`` (``_at_rest``; the first key
+encrypts, every listed key decrypts), and the messages stored before, plain, still read.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from ._at_rest import RecordCipher, cipher_of, open_sealed, sealed
 from ._errors import ConfigurationError, HistoryStoreError, OptionError
+from ._keys import EncryptionKeys, EncryptionKeysLike, process_keys
 from ._messages import ModelMessage, ToolResultBlock
 
 __all__ = [
@@ -44,6 +50,10 @@ log = logging.getLogger("agent_lattice.history")
 Load = Callable[[], Awaitable[Iterable[Any]] | Iterable[Any]]
 Append = Callable[[ModelMessage], Awaitable[None] | None]
 Replace = Callable[[list[ModelMessage]], Awaitable[None] | None]
+# a store's encryption_keys=: keys, the process's lattice keys ("runtime"), or none
+HistoryKeys = EncryptionKeysLike | Literal["runtime"] | None
+_PLACE = b"history\0"  # what a stored message's encryption is bound to (and its conversation)
+_WHAT = "a history store message"
 
 
 def as_messages(items: Iterable[Any], *, where: str) -> list[ModelMessage]:
@@ -328,17 +338,66 @@ def define_history_store(
     return HistoryStore(load, append, replace, fail_on_error=fail_on_error)
 
 
+def _ciphers(given: HistoryKeys, where: str) -> Callable[[], RecordCipher | None]:
+    """How a store finds its cipher at each use: none (``None``: plain), the keys given
+    (checked now: a bad key is an error naming its id), or ``"runtime"``: the keys this
+    process's lattice runtime and workers encrypt payloads with (``Runtime.connect(
+    encryption_keys=)``, ``LatticePlugin(encryption_keys=)``, else
+    ``LATTICE_ENCRYPTION_KEYS[_FILE]``), looked up when the store is used."""
+    if given is None:
+        return lambda: None
+    if isinstance(given, str) and given == "runtime":
+
+        def runtime() -> RecordCipher | None:
+            keys = process_keys()
+            if keys is None:
+                raise ConfigurationError(
+                    f'{where}: encryption_keys="runtime", and this process has no encryption '
+                    "keys (Runtime.connect(encryption_keys=...), LATTICE_ENCRYPTION_KEYS or "
+                    "LATTICE_ENCRYPTION_KEYS_FILE)"
+                )
+            return cipher_of(keys)
+
+        return runtime
+    cipher = cipher_of(EncryptionKeys.of(given))
+    return lambda: cipher
+
+
+def _stored(value: Any, cipher: RecordCipher | None, place: bytes) -> ModelMessage:
+    """A stored message: plain (a message's JSON object) or sealed (``_at_rest``)."""
+    was_sealed, value = open_sealed(cipher, value, place, _WHAT)
+    return (
+        ModelMessage.model_validate_json(value)
+        if was_sealed
+        else ModelMessage.model_validate(value)
+    )
+
+
+def _dumped(message: ModelMessage, cipher: RecordCipher | None, place: bytes) -> Any:
+    """A message as stored: its JSON object, or with a cipher that object sealed."""
+    data = message.model_dump(mode="json", exclude_none=True)
+    if cipher is None:
+        return data
+    return sealed(cipher, json.dumps(data, ensure_ascii=False), place)
+
+
 # -- JSONL ---------------------------------------------------------------------------------
 
 
-def create_jsonl_history_store(*, path: str | Path, fail_on_error: bool = False) -> HistoryStore:
+def create_jsonl_history_store(
+    *, path: str | Path, fail_on_error: bool = False, encryption_keys: HistoryKeys = None
+) -> HistoryStore:
     """One JSON message per line at ``path`` (parent folders created). ``load()`` skips
     malformed lines, so a torn final write loses nothing else; ``replace()`` rewrites the file
-    atomically."""
+    atomically. ``encryption_keys`` (``KEY_ID:BASE64_KEY,...``, an ``EncryptionKeys``, or
+    ``"runtime"``: the keys of the lattice runtime using it): each line is then a message
+    encrypted (``{"encrypted": ..., "key_id": ...}``); plain lines from before still read."""
     target = Path(path)
     lock = threading.Lock()
+    ciphers = _ciphers(encryption_keys, "create_jsonl_history_store()")
 
     def read() -> list[ModelMessage]:
+        cipher = ciphers()
         try:
             data = target.read_bytes()
         except FileNotFoundError:
@@ -351,13 +410,14 @@ def create_jsonl_history_store(*, path: str | Path, fail_on_error: bool = False)
             if not raw.strip():
                 continue
             try:
-                out.append(ModelMessage.model_validate_json(raw.decode("utf-8")))
-            except (UnicodeDecodeError, ValidationError):
+                out.append(_stored(json.loads(raw.decode("utf-8")), cipher, _PLACE))
+            except (UnicodeDecodeError, ValueError, ValidationError):  # JSON's errors: ValueError
                 log.warning("%s:%d: skipped a malformed history line", target, n)
         return out
 
     def write(messages: list[ModelMessage], mode: str) -> None:
-        data = "".join(_line(m) for m in messages)
+        cipher = ciphers()
+        data = "".join(_line(m, cipher) for m in messages)
         with lock:
             target.parent.mkdir(parents=True, exist_ok=True)
             if mode == "a":
@@ -385,8 +445,8 @@ def create_jsonl_history_store(*, path: str | Path, fail_on_error: bool = False)
     return HistoryStore(load, append, replace, fail_on_error=fail_on_error)
 
 
-def _line(message: ModelMessage) -> str:
-    return json.dumps(message.model_dump(mode="json", exclude_none=True), ensure_ascii=False) + "\n"
+def _line(message: ModelMessage, cipher: RecordCipher | None) -> str:
+    return json.dumps(_dumped(message, cipher, _PLACE), ensure_ascii=False) + "\n"
 
 
 # -- Postgres ------------------------------------------------------------------------------
@@ -400,9 +460,12 @@ def create_postgres_history_store(
     conversation_id: str,
     table: str = "lattice_history",
     fail_on_error: bool = False,
+    encryption_keys: HistoryKeys = None,
 ) -> HistoryStore:
     """The conversation ``conversation_id`` in a Postgres table (created on first use), one
-    row per message in order. Needs ``psycopg`` (``agent-lattice[postgres]``)."""
+    row per message in order. Needs ``psycopg`` (``agent-lattice[postgres]``).
+    ``encryption_keys`` (as :func:`create_jsonl_history_store`'s): each row's message is then
+    encrypted (a jsonb ``{"encrypted": ..., "key_id": ...}``, bound to its conversation)."""
     if not isinstance(dsn, str) or not dsn:
         raise OptionError("create_postgres_history_store(): dsn must be a connection string")
     if not isinstance(conversation_id, str) or not conversation_id:
@@ -423,6 +486,8 @@ def create_postgres_history_store(
     ready = False
     lock = asyncio.Lock()
     name = sql.Identifier(table)  # the regex above already made it a plain identifier
+    ciphers = _ciphers(encryption_keys, "create_postgres_history_store()")
+    place = _PLACE + conversation_id.encode()
 
     async def connect() -> Any:
         nonlocal ready
@@ -440,6 +505,7 @@ def create_postgres_history_store(
         return conn
 
     async def load() -> list[ModelMessage]:
+        cipher = ciphers()
         async with await connect() as conn:
             cur = await conn.execute(
                 sql.SQL("SELECT message FROM {} WHERE conversation_id = %s ORDER BY seq").format(
@@ -447,19 +513,21 @@ def create_postgres_history_store(
                 ),
                 (conversation_id,),
             )
-            return [ModelMessage.model_validate(row[0]) for row in await cur.fetchall()]
+            return [_stored(row[0], cipher, place) for row in await cur.fetchall()]
 
     async def append(message: ModelMessage) -> None:
+        stored = _jsonb(message, ciphers(), place)
         async with await connect() as conn:
             await conn.execute(
                 sql.SQL(
                     "INSERT INTO {t} (conversation_id, seq, message) SELECT %s,"
                     " COALESCE(MAX(seq), 0) + 1, %s FROM {t} WHERE conversation_id = %s"
                 ).format(t=name),
-                (conversation_id, _jsonb(message), conversation_id),
+                (conversation_id, stored, conversation_id),
             )
 
     async def replace(messages: list[ModelMessage]) -> None:
+        cipher = ciphers()
         async with await connect() as conn, conn.transaction():
             await conn.execute(
                 sql.SQL("DELETE FROM {} WHERE conversation_id = %s").format(name),
@@ -470,16 +538,19 @@ def create_postgres_history_store(
                     sql.SQL(
                         "INSERT INTO {} (conversation_id, seq, message) VALUES (%s, %s, %s)"
                     ).format(name),
-                    [(conversation_id, i, _jsonb(m)) for i, m in enumerate(messages, 1)],
+                    [
+                        (conversation_id, i, _jsonb(m, cipher, place))
+                        for i, m in enumerate(messages, 1)
+                    ],
                 )
 
     return HistoryStore(load, append, replace, fail_on_error=fail_on_error)
 
 
-def _jsonb(message: ModelMessage) -> Any:
+def _jsonb(message: ModelMessage, cipher: RecordCipher | None, place: bytes) -> Any:
     from psycopg.types.json import Jsonb
 
-    return Jsonb(message.model_dump(mode="json", exclude_none=True))
+    return Jsonb(_dumped(message, cipher, place))
 
 
 def check_history_store(value: Any) -> HistoryStore | None:

@@ -15,6 +15,12 @@ completion was lost with its worker is answered from that record rather than run
 the transcripts: nothing is deleted today. Where it lives: SQLite under ``LATTICE_HOME`` by default (every
 process on one machine shares it); set ``LATTICE_TRANSCRIPT_DSN=postgresql://...`` when
 workers run on several hosts.
+
+With encryption keys (``keys=``: the process's ``LATTICE_ENCRYPTION_KEYS``, handed down by its
+runtime or worker) every row that holds content — a message, a blob, a tool call's result —
+is stored encrypted, its key id in the row's ``key_id`` column, and every key and reference
+is a keyed hash (``_at_rest``). Rows written before keys were set (``key_id`` NULL) and the
+heads that name them read as before; the keys encrypt rows, never the in-memory cache.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from . import _settings
+from ._at_rest import RecordCipher, cipher_of, open_record
 from ._errors import ConfigurationError, TranscriptMissing
+from ._keys import EncryptionKeys
 from ._messages import ModelMessage, ToolResultBlock
 
 __all__ = [
@@ -47,6 +55,16 @@ _PREVIEW = 160
 
 def _digest(data: str) -> str:
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+# a link as stored: its head, parent and chunk (the message's hash), the message as stored
+# (encrypted with keys) and the id of the key that encrypted it (None: plain)
+Link = tuple[str, str | None, str, str, str | None]
+
+
+def _place(kind: str, key: str) -> bytes:
+    """Where a record is (its table and key): what its encryption is bound to."""
+    return f"{kind}\0{key}".encode()
 
 
 def _message_json(message: ModelMessage) -> str:
@@ -98,8 +116,21 @@ class TranscriptStore:
 
     Transcripts are immutable (a head names its content), so recently used ones are kept in
     memory (:class:`_Cache`): the next turn's transcript is the cached one plus what was
-    appended, with no read.
+    appended, with no read. ``cipher``: the encryption keys' (``_at_rest``), else None.
     """
+
+    cipher: RecordCipher | None = None
+
+    def _address(self, text: str) -> str:
+        """The hash that names ``text``: keyed under encryption keys, else SHA-256."""
+        return _digest(text) if self.cipher is None else self.cipher.address(text)
+
+    def _seal(self, text: str, place: bytes) -> tuple[str, str | None]:
+        """``text`` as stored at ``place``, and the id of its key (None: plain)."""
+        return (text, None) if self.cipher is None else self.cipher.seal(text, place)
+
+    def _open(self, stored: str, key_id: str | None, place: bytes, what: str) -> str:
+        return open_record(self.cipher, stored, key_id, place, what)
 
     def _cache(self) -> _Cache:
         cache = self.__dict__.get("_transcripts")
@@ -116,21 +147,23 @@ class TranscriptStore:
         self, head: str | None, messages: Sequence[ModelMessage]
     ) -> list[str | None]:
         """Store ``messages`` after ``head`` in one write; the head after each of them."""
-        links: list[tuple[str, str | None, str, str]] = []
+        links: list[Link] = []
+        bodies: list[str] = []
         start = head
         for message in messages:
             body = _message_json(message)
-            chunk = _digest(body)
-            new_head = _digest(f"{head or ''}/{chunk}")
-            links.append((new_head, head, chunk, body))
+            chunk = self._address(body)
+            new_head = self._address(f"{head or ''}/{chunk}")
+            links.append((new_head, head, chunk, *self._seal(body, _place("chunk", chunk))))
+            bodies.append(body)
             head = new_head
         if links:
             await self._write(self._put_links, links)
             cache = self._cache()
             before = cache.take(start) if start is not None else ((), 0)
             if before is not None and head is not None:
-                copies = tuple(ModelMessage.model_validate_json(body) for *_, body in links)
-                added = sum(len(body) for *_, body in links)
+                copies = tuple(ModelMessage.model_validate_json(body) for body in bodies)
+                added = sum(len(body) for body in bodies)
                 cache.put(head, (*before[0], *copies), before[1] + added)
         return [link[0] for link in links]
 
@@ -143,36 +176,45 @@ class TranscriptStore:
         cache = self._cache()
         cached = cache.get(head)
         if cached is None:
-            bodies = await asyncio.to_thread(self._chain, head)
+            bodies = await asyncio.to_thread(self._bodies, head)
             if bodies is None:
                 raise TranscriptMissing(_missing("transcript", head))
             cached = tuple(ModelMessage.model_validate_json(b) for b in bodies)
             cache.put(head, cached, sum(len(b) for b in bodies))
         return [m.model_copy(deep=True) for m in cached] if copies else list(cached)
 
+    def _bodies(self, head: str) -> list[str] | None:
+        rows = self._chain(head)
+        if rows is None:
+            return None
+        what = "a transcript message"
+        return [self._open(body, kid, _place("chunk", chunk), what) for chunk, body, kid in rows]
+
     async def put_blob(self, data: str) -> str:
-        ref = _digest(data)
-        await self._write(self._put_blob, ref, data)
+        ref = self._address(data)
+        await self._write(self._put_blob, ref, *self._seal(data, _place("blob", ref)))
         return ref
 
     async def get_blob(self, ref: str) -> str:
-        data = await asyncio.to_thread(self._get_blob, ref)
-        if data is None:
+        row = await asyncio.to_thread(self._get_blob, ref)
+        if row is None:
             raise TranscriptMissing(_missing("tool result", ref))
-        return data
+        return self._open(*row, _place("blob", ref), "a stored tool result")
 
     async def tool_call(self, key: str) -> tuple[bool, str | None]:
         """The record of the tool call with idempotency key ``key``: whether it started (only
         calls that mark their start say so) and its result (JSON), when it finished."""
         row = await asyncio.to_thread(self._get_tool_call, key)
-        return (row is not None, row[0] if row else None)
+        if row is None or row[0] is None:
+            return (row is not None, None)
+        return (True, self._open(row[0], row[1], _place("tool call", key), "a tool call's record"))
 
     async def tool_call_started(self, key: str) -> None:
-        await self._write(self._put_tool_call, key, None)
+        await self._write(self._put_tool_call, key, None, None)
 
     async def tool_call_finished(self, key: str, result: str) -> None:
         """Record a call's result; the first one recorded stays (a late attempt changes nothing)."""
-        await self._write(self._put_tool_call, key, result)
+        await self._write(self._put_tool_call, key, *self._seal(result, _place("tool call", key)))
 
     async def externalize(self, block: ToolResultBlock) -> ToolResultBlock:
         """A large result as a reference with a short preview; small ones unchanged."""
@@ -190,22 +232,25 @@ class TranscriptStore:
         """Run the write primitive ``put`` without blocking the event loop (in a thread)."""
         await asyncio.to_thread(put, *args)
 
-    def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
+    # rows as stored: content (encrypted under keys) with the id of its key (None: plain)
+
+    def _put_links(self, links: list[Link]) -> None:
         raise NotImplementedError
 
-    def _chain(self, head: str) -> list[str] | None:
+    def _chain(self, head: str) -> list[tuple[str, str, str | None]] | None:
+        """The chain's (chunk, body, key id) rows, oldest first; None: no such head."""
         raise NotImplementedError
 
-    def _put_blob(self, ref: str, data: str) -> None:
+    def _put_blob(self, ref: str, data: str, key_id: str | None) -> None:
         raise NotImplementedError
 
-    def _get_blob(self, ref: str) -> str | None:
+    def _get_blob(self, ref: str) -> tuple[str, str | None] | None:
         raise NotImplementedError
 
-    def _put_tool_call(self, key: str, result: str | None) -> None:
+    def _put_tool_call(self, key: str, result: str | None, key_id: str | None) -> None:
         raise NotImplementedError
 
-    def _get_tool_call(self, key: str) -> tuple[str | None] | None:
+    def _get_tool_call(self, key: str) -> tuple[str | None, str | None] | None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -226,21 +271,31 @@ WITH RECURSIVE chain(head, parent, chunk, depth) AS (
     SELECT l.head, l.parent, l.chunk, c.depth + 1
     FROM lattice_links l JOIN chain c ON l.head = c.parent
 )
-SELECT b.body FROM chain c JOIN lattice_chunks b ON b.hash = c.chunk ORDER BY c.depth DESC
+SELECT c.chunk, b.body, b.key_id FROM chain c JOIN lattice_chunks b ON b.hash = c.chunk
+ORDER BY c.depth DESC
 """
 
 
 # One row per tool call that recorded its start or its result (result NULL: started only).
 # recorded_at (epoch seconds) is there for a cleanup that does not exist yet: rows are kept.
-_TOOL_CALLS_SQL = (
+# The tables; key_id (the key that encrypted the row's content; NULL: plain) is added to the
+# tables of a store made before it (_KEYED: those tables).
+_TABLES_SQL = (
+    "CREATE TABLE IF NOT EXISTS lattice_chunks (hash TEXT PRIMARY KEY, body TEXT NOT NULL,"
+    " key_id TEXT);"
+    "CREATE TABLE IF NOT EXISTS lattice_links (head TEXT PRIMARY KEY, parent TEXT,"
+    " chunk TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS lattice_blobs (ref TEXT PRIMARY KEY, data TEXT NOT NULL,"
+    " key_id TEXT);"
     "CREATE TABLE IF NOT EXISTS lattice_tool_calls (call_key TEXT PRIMARY KEY, result TEXT,"
-    " recorded_at {real} NOT NULL DEFAULT {now});"
+    " recorded_at {real} NOT NULL DEFAULT {now}, key_id TEXT);"
 )
+_KEYED = ("lattice_chunks", "lattice_blobs", "lattice_tool_calls")
 # a result replaces a start mark, never another result
 _PUT_TOOL_CALL_SQL = (
-    "INSERT INTO lattice_tool_calls (call_key, result) VALUES ({p}, {p}) ON CONFLICT (call_key)"
-    " DO UPDATE"
-    " SET result = excluded.result WHERE lattice_tool_calls.result IS NULL"
+    "INSERT INTO lattice_tool_calls (call_key, result, key_id) VALUES ({p}, {p}, {p})"
+    " ON CONFLICT (call_key) DO UPDATE SET result = excluded.result, key_id = excluded.key_id"
+    " WHERE lattice_tool_calls.result IS NULL"
 )
 
 
@@ -252,8 +307,9 @@ _CHECKPOINT_EVERY = 64
 class SqliteTranscriptStore(TranscriptStore):
     """The embedded default: one SQLite file (WAL) shared by the processes of a machine."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keys: EncryptionKeys | None = None) -> None:
         self.path = path
+        self.cipher = cipher_of(keys)
         self._local = threading.local()
         # One writer at a time in this process. SQLite lets one connection write; the others
         # wait in its busy handler, which sleeps 1, 2, 5, ... 100 ms between tries, while a
@@ -264,14 +320,15 @@ class SqliteTranscriptStore(TranscriptStore):
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(
-                "CREATE TABLE IF NOT EXISTS lattice_chunks (hash TEXT PRIMARY KEY, body TEXT NOT NULL);"
-                "CREATE TABLE IF NOT EXISTS lattice_links (head TEXT PRIMARY KEY, parent TEXT,"
-                " chunk TEXT NOT NULL);"
-                "CREATE TABLE IF NOT EXISTS lattice_blobs (ref TEXT PRIMARY KEY, data TEXT NOT NULL);"
-                + _TOOL_CALLS_SQL.format(
-                    real="REAL", now="((julianday('now') - 2440587.5) * 86400.0)"
-                )
+                _TABLES_SQL.format(real="REAL", now="((julianday('now') - 2440587.5) * 86400.0)")
             )
+            for table in _KEYED:  # a store from before key ids
+                if "key_id" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                    try:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN key_id TEXT")
+                    except sqlite3.OperationalError as err:
+                        if "duplicate column" not in str(err):  # another process's was first
+                            raise
 
     def _connect(self, *, inline: bool = False) -> sqlite3.Connection:
         """This thread's connection: one that waits for the file's other writers (30 s) and
@@ -325,42 +382,43 @@ class SqliteTranscriptStore(TranscriptStore):
         with self._writing:
             yield self._connect()
 
-    def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
+    def _put_links(self, links: list[Link]) -> None:
         with self._writer() as db, db:
             db.execute("BEGIN")
             db.executemany(
-                "INSERT OR IGNORE INTO lattice_chunks (hash, body) VALUES (?, ?)",
-                [(chunk, body) for _, _, chunk, body in links],
+                "INSERT OR IGNORE INTO lattice_chunks (hash, body, key_id) VALUES (?, ?, ?)",
+                [(chunk, body, key_id) for _, _, chunk, body, key_id in links],
             )
             db.executemany(
                 "INSERT OR IGNORE INTO lattice_links (head, parent, chunk) VALUES (?, ?, ?)",
-                [(head, parent, chunk) for head, parent, chunk, _ in links],
+                [(head, parent, chunk) for head, parent, chunk, *_ in links],
             )
 
-    def _chain(self, head: str) -> list[str] | None:
-        rows = self._connect().execute(_CHAIN_SQL.format(p="?"), (head,)).fetchall()
-        return [r[0] for r in rows] or None
+    def _chain(self, head: str) -> list[tuple[str, str, str | None]] | None:
+        return self._connect().execute(_CHAIN_SQL.format(p="?"), (head,)).fetchall() or None
 
-    def _put_blob(self, ref: str, data: str) -> None:
+    def _put_blob(self, ref: str, data: str, key_id: str | None) -> None:
         with self._writer() as db:
-            db.execute("INSERT OR IGNORE INTO lattice_blobs (ref, data) VALUES (?, ?)", (ref, data))
+            db.execute(
+                "INSERT OR IGNORE INTO lattice_blobs (ref, data, key_id) VALUES (?, ?, ?)",
+                (ref, data, key_id),
+            )
 
-    def _get_blob(self, ref: str) -> str | None:
-        row = (
-            self._connect()
-            .execute("SELECT data FROM lattice_blobs WHERE ref = ?", (ref,))
-            .fetchone()
-        )
-        return row[0] if row else None
-
-    def _put_tool_call(self, key: str, result: str | None) -> None:
-        with self._writer() as db:
-            db.execute(_PUT_TOOL_CALL_SQL.format(p="?"), (key, result))
-
-    def _get_tool_call(self, key: str) -> tuple[str | None] | None:
+    def _get_blob(self, ref: str) -> tuple[str, str | None] | None:
         return (
             self._connect()
-            .execute("SELECT result FROM lattice_tool_calls WHERE call_key = ?", (key,))
+            .execute("SELECT data, key_id FROM lattice_blobs WHERE ref = ?", (ref,))
+            .fetchone()
+        )
+
+    def _put_tool_call(self, key: str, result: str | None, key_id: str | None) -> None:
+        with self._writer() as db:
+            db.execute(_PUT_TOOL_CALL_SQL.format(p="?"), (key, result, key_id))
+
+    def _get_tool_call(self, key: str) -> tuple[str | None, str | None] | None:
+        return (
+            self._connect()
+            .execute("SELECT result, key_id FROM lattice_tool_calls WHERE call_key = ?", (key,))
             .fetchone()
         )
 
@@ -368,7 +426,8 @@ class SqliteTranscriptStore(TranscriptStore):
 class PostgresTranscriptStore(TranscriptStore):
     """For workers on several hosts (``LATTICE_TRANSCRIPT_DSN``); needs psycopg."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, keys: EncryptionKeys | None = None) -> None:
+        self.cipher = cipher_of(keys)
         try:
             import psycopg
         except ImportError:  # pragma: no cover - depends on the install
@@ -380,12 +439,12 @@ class PostgresTranscriptStore(TranscriptStore):
         self._local = threading.local()
         with self._connect().cursor() as cur:
             cur.execute(
-                "CREATE TABLE IF NOT EXISTS lattice_chunks (hash text PRIMARY KEY, body text NOT NULL);"
-                "CREATE TABLE IF NOT EXISTS lattice_links (head text PRIMARY KEY, parent text,"
-                " chunk text NOT NULL);"
-                "CREATE TABLE IF NOT EXISTS lattice_blobs (ref text PRIMARY KEY, data text NOT NULL);"
-                + _TOOL_CALLS_SQL.format(real="double precision", now="extract(epoch from now())")
+                _TABLES_SQL.format(real="double precision", now="extract(epoch from now())")
             )
+            for table in _KEYED:  # a store from before key ids (ALTER only then: it locks)
+                known = "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass"
+                if not cur.execute(f"{known} AND attname = 'key_id'", (table,)).fetchone():
+                    cur.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS key_id text")
 
     def _connect(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -394,69 +453,73 @@ class PostgresTranscriptStore(TranscriptStore):
             self._local.conn = conn
         return conn
 
-    def _put_links(self, links: list[tuple[str, str | None, str, str]]) -> None:
+    def _put_links(self, links: list[Link]) -> None:
         conn = self._connect()
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(
-                "INSERT INTO lattice_chunks (hash, body) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                [(chunk, body) for _, _, chunk, body in links],
+                "INSERT INTO lattice_chunks (hash, body, key_id) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                [(chunk, body, key_id) for _, _, chunk, body, key_id in links],
             )
             cur.executemany(
                 "INSERT INTO lattice_links (head, parent, chunk) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
-                [(head, parent, chunk) for head, parent, chunk, _ in links],
+                [(head, parent, chunk) for head, parent, chunk, *_ in links],
             )
 
-    def _chain(self, head: str) -> list[str] | None:
-        rows = self._connect().execute(_CHAIN_SQL.format(p="%s"), (head,)).fetchall()
-        return [r[0] for r in rows] or None
+    def _chain(self, head: str) -> list[tuple[str, str, str | None]] | None:
+        return self._connect().execute(_CHAIN_SQL.format(p="%s"), (head,)).fetchall() or None
 
-    def _put_blob(self, ref: str, data: str) -> None:
+    def _put_blob(self, ref: str, data: str, key_id: str | None) -> None:
         self._connect().execute(
-            "INSERT INTO lattice_blobs (ref, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            (ref, data),
+            "INSERT INTO lattice_blobs (ref, data, key_id) VALUES (%s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            (ref, data, key_id),
         )
 
-    def _get_blob(self, ref: str) -> str | None:
-        row = (
-            self._connect()
-            .execute("SELECT data FROM lattice_blobs WHERE ref = %s", (ref,))
-            .fetchone()
-        )
-        return row[0] if row else None
-
-    def _put_tool_call(self, key: str, result: str | None) -> None:
-        self._connect().execute(_PUT_TOOL_CALL_SQL.format(p="%s"), (key, result))
-
-    def _get_tool_call(self, key: str) -> tuple[str | None] | None:
+    def _get_blob(self, ref: str) -> tuple[str, str | None] | None:
         return (
             self._connect()
-            .execute("SELECT result FROM lattice_tool_calls WHERE call_key = %s", (key,))
+            .execute("SELECT data, key_id FROM lattice_blobs WHERE ref = %s", (ref,))
+            .fetchone()
+        )
+
+    def _put_tool_call(self, key: str, result: str | None, key_id: str | None) -> None:
+        self._connect().execute(_PUT_TOOL_CALL_SQL.format(p="%s"), (key, result, key_id))
+
+    def _get_tool_call(self, key: str) -> tuple[str | None, str | None] | None:
+        return (
+            self._connect()
+            .execute("SELECT result, key_id FROM lattice_tool_calls WHERE call_key = %s", (key,))
             .fetchone()
         )
 
 
-_STORES: dict[str, TranscriptStore] = {}
+_STORES: dict[tuple[str, EncryptionKeys | None], TranscriptStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def open_transcript_store(home: Path | None = None) -> TranscriptStore:
+def open_transcript_store(
+    home: Path | None = None, *, keys: EncryptionKeys | None = None
+) -> TranscriptStore:
     """This process's store: ``LATTICE_TRANSCRIPT_DSN`` (Postgres) or SQLite in ``home``
-    (default ``LATTICE_HOME``). One instance per location."""
+    (default ``LATTICE_HOME``), its rows encrypted with ``keys`` (the process's encryption
+    keys, handed down by its runtime or worker; None: plain). One instance per location and
+    keys."""
     dsn = _settings.transcript_dsn()
     if dsn:
-        key = f"pg:{dsn}"
+        where = f"pg:{dsn}"
     else:
-        key = f"sqlite:{(home or _settings.lattice_home()) / 'transcripts.db'}"
+        where = f"sqlite:{(home or _settings.lattice_home()) / 'transcripts.db'}"
     with _STORES_LOCK:
-        store = _STORES.get(key)
+        store = _STORES.get((where, keys))
         if store is None:
             store = (
-                PostgresTranscriptStore(dsn)
+                PostgresTranscriptStore(dsn, keys)
                 if dsn
-                else SqliteTranscriptStore(Path(key.removeprefix("sqlite:")))
+                else SqliteTranscriptStore(Path(where.removeprefix("sqlite:")), keys)
             )
-            _STORES[key] = store
+            _STORES[(where, keys)] = store
         return store
 
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -112,6 +113,37 @@ def postgres_dsn() -> Iterator[str]:
     if not dsn:
         pytest.skip(f"no Postgres: {unreachable}, and LATTICE_TEST_POSTGRES_DSN is not set")
     yield dsn
+
+
+@pytest.fixture
+def pg_schema(postgres_dsn: str) -> Iterator[str]:
+    """A DSN whose tables are made in a schema of this test's own, dropped at its end."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    schema = f"lattice_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield make_conninfo(postgres_dsn, options=f"-csearch_path={schema}")
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+async def table_text(dsn: str, *tables: str) -> str:
+    """Every row of ``tables`` as text, as a grep of the table would see it."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        out = []
+        for table in tables:
+            rows = await (await conn.execute(f"SELECT t::text FROM {table} t")).fetchall()
+            out += [row[0] for row in rows]
+        return "\n".join(out)
+
+
+TRANSCRIPT_TABLES = ("lattice_chunks", "lattice_links", "lattice_blobs", "lattice_tool_calls")
 
 
 @pytest_asyncio.fixture

@@ -184,7 +184,7 @@ class _CountingStore(SqliteTranscriptStore):
 
     reads = 0
 
-    def _chain(self, head: str) -> list[str] | None:
+    def _chain(self, head: str) -> list[tuple[str, str, str | None]] | None:
         self.reads += 1
         return super()._chain(head)
 

@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._hooks import ToolResultContext
+from .._keys import keys_of
 from .._loop import text_of
 from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
 from .._tools import ToolResult
@@ -41,13 +42,20 @@ class ActivitiesBase:
     ) -> None:
         self._registry = registry
         self._transcript_store = transcripts
+        self._opened: tuple[object, TranscriptStore] | None = None  # (codec, its store)
         self._threads = ToolThreads(tool_threads)
 
     @property
     def _transcripts(self) -> TranscriptStore:
-        if self._transcript_store is None:
-            self._transcript_store = open_transcript_store()
-        return self._transcript_store
+        """The store given, else this process's, encrypted with the keys of the worker's
+        data converter (its payload codec's, if it has keys)."""
+        if self._transcript_store is not None:
+            return self._transcript_store
+        codec = activity.client().data_converter.payload_codec
+        opened = self._opened
+        if opened is None or opened[0] is not codec:
+            opened = self._opened = (codec, open_transcript_store(keys=keys_of(codec)))
+        return opened[1]
 
     async def _transcript(
         self, head: str | None, unsent: list[ModelMessage], *, copies: bool = True

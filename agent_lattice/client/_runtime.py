@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from .. import _settings
 from .._channel_keys import ChannelKey, caller_channel_key
 from .._delegation import delegation_targets
+from .._keys import keys_of
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
@@ -428,9 +429,11 @@ class Runtime:
 
     @property
     def transcripts(self) -> TranscriptStore:
-        """Where this process reads and writes transcripts (see ``_transcripts``)."""
+        """Where this process reads and writes transcripts (see ``_transcripts``), encrypted
+        with the client's encryption keys when it has them."""
         if self._transcripts is None:
-            self._transcripts = open_transcript_store()
+            keys = keys_of(self.client.data_converter.payload_codec)
+            self._transcripts = open_transcript_store(keys=keys)
         return self._transcripts
 
     async def landed(self, workflow_id: str) -> list[ModelMessage] | None:

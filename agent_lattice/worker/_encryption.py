@@ -8,8 +8,9 @@ one data converter (``LatticePlugin``'s). With keys configured that converter ca
 format as Temporal's encryption samples, so their codec servers read it too.
 
 Keys (``LATTICE_ENCRYPTION_KEYS``, ``LATTICE_ENCRYPTION_KEYS_FILE``, ``encryption_keys=``)
-are ``KEY_ID:BASE64_KEY`` entries, comma- or line-separated: the first key encrypts, every
-listed key decrypts, so a key is rotated by putting a new one first and keeping the old
+are ``KEY_ID:BASE64_KEY`` entries, comma- or line-separated (``_keys``, where they are
+parsed: the same keys encrypt the transcript store, ``_at_rest``): the first key encrypts,
+every listed key decrypts, so a key is rotated by putting a new one first and keeping the old
 ones while runs written with them may still be read. Errors name a key by its id, never by
 its material. ``cryptography`` (the ``encryption`` extra) is imported only when keys are
 given: the core install does not need it.
@@ -31,15 +32,12 @@ client reading a result or a memo) an unencrypted payload reads as it is.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 import dataclasses
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from temporalio import workflow
@@ -62,13 +60,26 @@ from temporalio.exceptions import ApplicationError
 from .. import _settings
 from .._channel_keys import ChannelKey, learn_encryption_secrets
 from .._errors import ConfigurationError
+from .._keys import (
+    EXTRA,
+    KEY_BYTES,
+    NONCE_BYTES,
+    EncryptionKeys,
+    EncryptionKeysLike,
+    UnknownEncryptionKeyError,
+    aes_gcm,
+    use_process_keys,
+)
 
 __all__ = [
     "ENCRYPTED_ENCODING",
+    "EXTRA",
+    "KEY_BYTES",
     "KEY_ID_METADATA",
     "REFUSED_ENCODING",
     "EncryptionCodec",
     "EncryptionKeys",
+    "EncryptionKeysLike",
     "LatticeFailureConverter",
     "LatticePayloadConverter",
     "UnencryptedPayloadError",
@@ -90,22 +101,7 @@ UNENCRYPTED = (
     "UI through `lattice codec-server`); LATTICE_ENCRYPTION_STRICT=0 on the worker accepts "
     "unencrypted payloads while runs from before encryption was turned on finish"
 )
-KEY_BYTES = 32  # AES-256
-NONCE_BYTES = 12  # GCM's standard nonce, sent before the ciphertext
-EXTRA = 'pip install "agent-lattice[encryption]"'
 log = logging.getLogger("agent_lattice.encryption")
-# A key id: short and plain. A base64 key (44 characters with "=") never passes for one, so
-# an entry written the wrong way round (BASE64_KEY:KEY_ID) is refused without showing it.
-_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,40}")
-_BAD_ID = "a key id is 1 to 40 letters, digits, '.', '_' or '-' (its text is not shown)"
-
-
-class UnknownEncryptionKeyError(ConfigurationError):
-    """A payload names a key this process was not given (or does not decrypt with it)."""
-
-    def __init__(self, message: str, key_id: str) -> None:
-        super().__init__(message)
-        self.key_id = key_id
 
 
 class UnencryptedPayloadError(ConfigurationError):
@@ -120,105 +116,6 @@ class RefusedResult(RuntimeError):
     the run failing (``workflow_failure_exception_types``)."""
 
 
-@dataclasses.dataclass(frozen=True, repr=False)
-class EncryptionKeys:
-    """Validated AES-256 keys by id, in order: the first encrypts, all decrypt.
-
-    Its ``repr`` names the key ids only: the keys never reach a log or a traceback."""
-
-    keys: tuple[tuple[str, bytes], ...]
-
-    def __post_init__(self) -> None:
-        if not self.keys:
-            raise ConfigurationError("encryption keys: none given")
-        seen: set[str] = set()
-        for key_id, key in self.keys:
-            if not _KEY_ID.fullmatch(key_id):
-                raise ConfigurationError(_BAD_ID)
-            if key_id in seen:
-                raise ConfigurationError(f"encryption key id {key_id!r} is listed twice")
-            seen.add(key_id)
-            if len(key) != KEY_BYTES:
-                raise ConfigurationError(
-                    f"encryption key {key_id!r} is {len(key)} bytes; AES-256 needs {KEY_BYTES} "
-                    "(make one with: openssl rand -base64 32)"
-                )
-
-    @property
-    def ids(self) -> list[str]:
-        return [key_id for key_id, _ in self.keys]
-
-    def __repr__(self) -> str:
-        return f"EncryptionKeys(ids={self.ids})"
-
-    @classmethod
-    def parse(cls, text: str, source: str = "encryption keys") -> EncryptionKeys:
-        """Keys from ``KEY_ID:BASE64_KEY`` entries separated by commas or lines (blank lines
-        and ``#`` comments skipped); ``source`` names where they came from in errors."""
-        keys: list[tuple[str, bytes]] = []
-        entries = (e.strip() for line in text.splitlines() for e in line.split("#")[0].split(","))
-        for number, entry in enumerate((e for e in entries if e), start=1):
-            key_id, sep, material = (part.strip() for part in entry.partition(":"))
-            if not sep or not key_id:  # perhaps a bare key: never shown
-                raise ConfigurationError(
-                    f"{source}: entry {number} is not KEY_ID:BASE64_KEY (its text is not shown)"
-                )
-            if not _KEY_ID.fullmatch(key_id):
-                raise ConfigurationError(f"{source}: entry {number}: {_BAD_ID}")
-            try:
-                key = base64.b64decode(material, validate=True)
-            except (binascii.Error, ValueError):
-                raise ConfigurationError(f"{source}: key {key_id!r} is not valid base64") from None
-            keys.append((key_id, key))
-        if not keys:
-            raise ConfigurationError(f"{source}: no KEY_ID:BASE64_KEY entry")
-        try:
-            return cls(tuple(keys))
-        except ConfigurationError as err:
-            raise ConfigurationError(f"{source}: {err}") from None
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], source: str | None = None) -> EncryptionKeys:
-        """Keys from a file (a mounted secret) in the same format."""
-        where = source or f"encryption keys file {os.fspath(path)}"
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigurationError(f"{where}: cannot read it ({err.strerror})") from None
-        return cls.parse(text, where)
-
-    @classmethod
-    def from_settings(cls) -> EncryptionKeys | None:
-        """``LATTICE_ENCRYPTION_KEYS`` or ``LATTICE_ENCRYPTION_KEYS_FILE`` (one of them), or
-        None when neither is set: no encryption."""
-        text, path = _settings.encryption_keys(), _settings.encryption_keys_file()
-        if text and path:
-            raise ConfigurationError(
-                "set LATTICE_ENCRYPTION_KEYS or LATTICE_ENCRYPTION_KEYS_FILE, not both"
-            )
-        if text:
-            return cls.parse(text, "LATTICE_ENCRYPTION_KEYS")
-        if path:
-            return cls.from_file(path, f"LATTICE_ENCRYPTION_KEYS_FILE={path}")
-        return None
-
-    @classmethod
-    def of(cls, given: EncryptionKeysLike | None) -> EncryptionKeys | None:
-        """``encryption_keys=`` as given (keys, their text, or ids to key bytes in order),
-        else the settings."""
-        if given is None:
-            return cls.from_settings()
-        if isinstance(given, EncryptionKeys):
-            return given
-        if isinstance(given, str):
-            return cls.parse(given, "encryption_keys")
-        items = given.items() if isinstance(given, Mapping) else given
-        return cls(tuple((str(key_id), bytes(key)) for key_id, key in items))
-
-
-EncryptionKeysLike = EncryptionKeys | str | Mapping[str, bytes] | Sequence[tuple[str, bytes]]
-
-
 class EncryptionCodec(PayloadCodec):
     """AES-256-GCM over each whole serialized payload (its metadata too: nothing of its
     encoding or type shows). The data is a fresh 12-byte nonce and the ciphertext with its
@@ -227,16 +124,9 @@ class EncryptionCodec(PayloadCodec):
     encryption was turned on stay readable."""
 
     def __init__(self, keys: EncryptionKeys) -> None:
-        try:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-        except ImportError:
-            raise ConfigurationError(
-                f"payload encryption (encryption keys are set) needs the `encryption` extra: "
-                f"{EXTRA}"
-            ) from None
         self.keys = keys
         self.key_id = keys.ids[0]
-        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.keys}
+        self._ciphers = {key_id: aes_gcm(key, "payload encryption") for key_id, key in keys.keys}
         # the live channel's keys (``_channel_keys``): this process's callers encrypt theirs
         # with the first; its workers open channels of callers holding any
         self._channel_keys = learn_encryption_secrets(key for _, key in keys.keys)
@@ -513,8 +403,11 @@ def lattice_data_converter(
     keys = EncryptionKeys.of(encryption_keys)
     if keys is None:
         return PLAIN_CONVERTER
-    return dataclasses.replace(
+    converter = dataclasses.replace(
         PLAIN_CONVERTER,
         payload_codec=_MarkingCodec(keys, strict),
         failure_converter_class=LatticeFailureConverter,
     )
+    # what a history store created with encryption_keys="runtime" uses (``_keys``)
+    use_process_keys(keys, explicit=encryption_keys is not None)
+    return converter
