@@ -128,10 +128,17 @@ async def answered(messages: Any, runtime: Runtime) -> list[Any]:
 async def test_an_encrypted_run_shows_nothing_in_plain_text_replays_and_rotates(
     encrypted: Runtime, fake_anthropic, lattice_server: str, monkeypatch
 ) -> None:
+    from agent_lattice._channel_keys import sealed
     from agent_lattice.worker import _commits
 
-    noticed: list[object] = []  # commit notices would carry messages over plain TCP
-    monkeypatch.setattr(_commits._Channels, "send", lambda *args, **kw: noticed.append(args))
+    noticed: list[str] = []  # the channels commit notices went to (they carry messages)
+    send = _commits._Channels.send
+
+    def noting(self, address, channel, notice, *, last):
+        noticed.append(channel)
+        send(self, address, channel, notice, last=last)
+
+    monkeypatch.setattr(_commits._Channels, "send", noting)
     fake_anthropic.set_handler(
         by_agent(
             lead=Script(
@@ -156,7 +163,9 @@ async def test_an_encrypted_run_shows_nothing_in_plain_text_replays_and_rotates(
     messages = await answered(lead.query(PROMPT, runtime=encrypted), encrypted)
     result = messages[-1]
     assert isinstance(result, ResultMessage) and result.result == ANSWER, result
-    assert noticed == []  # an encrypting worker sends none
+    # an encrypting worker's notices go only to channels sealed under an encryption key's
+    # channel key (their lines encrypted: tests/test_side_channel.py)
+    assert noticed and all(sealed(channel) for channel in noticed), noticed
     # the model did see every piece (the run carried them, encrypted)
     assert any(RECEIPT in str(r.tool_results) for r in fake_anthropic.requests)
     assert any(REPORT in str(r.tool_results) for r in fake_anthropic.requests)
