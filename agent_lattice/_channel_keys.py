@@ -51,6 +51,7 @@ __all__ = [
     "caller_channel_key",
     "channel_id",
     "channel_key_for",
+    "configured_channel_key",
     "held_key",
     "kid_of",
     "learn_encryption_secrets",
@@ -203,6 +204,12 @@ def held_key(kid: str) -> ChannelKey | None:
     if key is None:
         key = next((k for k in (_configured(), _home_key()) if k and k.kid == kid), None)
     return key
+
+
+def configured_channel_key() -> ChannelKey | None:
+    """``LATTICE_CHANNEL_KEY`` or ``LATTICE_CHANNEL_KEY_FILE``, if set (a ConfigurationError
+    names a bad one, never its text)."""
+    return _configured()
 
 
 def _configured() -> ChannelKey | None:

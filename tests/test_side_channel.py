@@ -262,3 +262,26 @@ async def test_with_encryption_keys_a_capture_of_the_channel_shows_no_content(
         finally:
             await recorder.close()
             await receiver.close()
+
+
+def test_a_bad_channel_key_is_refused_where_the_process_starts(monkeypatch, tmp_path):
+    """A channel key too short, or a key file that cannot be read, stops a worker or client
+    as it is made, naming the setting and never the key's text."""
+    from agent_lattice import ConfigurationError
+    from agent_lattice.worker import LatticePlugin
+
+    monkeypatch.setenv("LATTICE_CHANNEL_KEY", "short-Zq9")
+    try:
+        LatticePlugin()
+    except ConfigurationError as err:
+        assert "LATTICE_CHANNEL_KEY" in str(err) and "short-Zq9" not in str(err)
+    else:
+        raise AssertionError("a short channel key was accepted")
+    monkeypatch.delenv("LATTICE_CHANNEL_KEY")
+    monkeypatch.setenv("LATTICE_CHANNEL_KEY_FILE", str(tmp_path / "missing"))
+    try:
+        LatticePlugin()
+    except ConfigurationError as err:
+        assert "LATTICE_CHANNEL_KEY_FILE=" in str(err) and "cannot read it" in str(err)
+    else:
+        raise AssertionError("a missing channel key file was accepted")

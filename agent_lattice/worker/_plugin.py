@@ -17,6 +17,7 @@ from temporalio.worker import Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from .. import _settings
+from .._channel_keys import configured_channel_key
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
 from .._version import __version__
@@ -120,6 +121,7 @@ class LatticePlugin(SimplePlugin):
         self.park_after = park_after_seconds(park_after)
         # the keys are checked (and the extra's presence) here, before any server is reached
         converter = lattice_data_converter(encryption_keys)
+        configured_channel_key()  # a bad LATTICE_CHANNEL_KEY[_FILE] is said now, not per request
         self.otel = _settings.otel() if otel is None else otel
         tracing = [tracing_interceptor()] if self.otel else []
         registry = (
