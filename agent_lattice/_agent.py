@@ -27,7 +27,7 @@ from ._options import check_options, check_request_options
 from ._output_schema import OutputSchema
 from ._pricing import ModelPrice, check_priced, price_option
 from ._session import QueryRunner, Session
-from ._skills import Skill
+from ._skills import SKILL_TOOL_NAME, Skill, SkillsMode, skill_tool, skills_mode
 from ._tools import (
     SUBMIT_OUTPUT_TOOL_NAME,
     ToolDefinition,
@@ -73,6 +73,7 @@ AGENT_OPTIONS = frozenset(
         "hooks",
         "request_timeout_ms",
         "skills",
+        "skills_mode",
         "tracer",
         "history_store",
         "auto_compact",
@@ -126,6 +127,8 @@ class AgentConfig:
     hooks: AgentHooks | None = None
     request_timeout_ms: int | None = None
     skills: tuple[Skill, ...] = ()
+    # "on_demand": the system prompt lists the skills, the built-in Skill tool loads one
+    skills_mode: SkillsMode = "on_demand"
     tracer: ContextTracer | None = None
     history_store: HistoryStore | None = None
     auto_compact: CompactionSettings | None = None
@@ -169,13 +172,8 @@ class AgentConfig:
                 raise OptionError(f"AgentOptions: {key} must be a positive integer; got {value!r}")
         check_request_options("AgentOptions", options)
         output_schema = options.get("output_schema")
-        if output_schema is not None:
-            if SUBMIT_OUTPUT_TOOL_NAME in seen:
-                raise OptionError(
-                    f'AgentOptions: the tool name "{SUBMIT_OUTPUT_TOOL_NAME}" is reserved while '
-                    "output_schema is set; rename your tool"
-                )
-            tools = (*tools, submit_output_tool(output_schema))
+        skills, mode = _skills(options.get("skills")), skills_mode(options.get("skills_mode"))
+        tools = (*tools, *_built_in_tools(seen, output_schema, skills, mode))
         concurrency = ToolConcurrency.from_option(options.get("tool_concurrency"))
         policy = options.get("tool_batch_policy")
         if policy is not None and batch_policy_validator(policy) is None:
@@ -213,7 +211,8 @@ class AgentConfig:
             tool_batch_policy=policy,
             hooks=AgentHooks.coerce(options.get("hooks")),
             request_timeout_ms=options.get("request_timeout_ms"),
-            skills=_skills(options.get("skills")),
+            skills=skills,
+            skills_mode=mode,
             tracer=_tracer(options.get("tracer")),
             history_store=check_history_store(options.get("history_store")),
             auto_compact=CompactionSettings.from_option(options.get("auto_compact")),
@@ -240,9 +239,33 @@ class AgentConfig:
             "tools": [t.spec().model_dump() for t in self.tools],
             "max_tokens": self.max_tokens,
             "skills": [(s.name, s.description, s.instructions) for s in self.skills],
+            "skills_mode": self.skills_mode,
         }
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _built_in_tools(
+    named: set[str], output_schema: Any, skills: tuple[Skill, ...], mode: SkillsMode
+) -> list[ToolDefinition[Any]]:
+    """The tools the library adds to an agent's own (``named``): ``submit_output`` with an
+    ``output_schema``, ``Skill`` with skills on demand; their names are reserved then."""
+    added: list[ToolDefinition[Any]] = []
+    if output_schema is not None:
+        if SUBMIT_OUTPUT_TOOL_NAME in named:
+            raise OptionError(
+                f'AgentOptions: the tool name "{SUBMIT_OUTPUT_TOOL_NAME}" is reserved while '
+                "output_schema is set; rename your tool"
+            )
+        added.append(submit_output_tool(output_schema))
+    if skills and mode == "on_demand":
+        if SKILL_TOOL_NAME in named:
+            raise OptionError(
+                f'AgentOptions: the tool name "{SKILL_TOOL_NAME}" is reserved for loading skills '
+                'on demand; rename your tool (or set skills_mode="all")'
+            )
+        added.append(skill_tool(skills))
+    return added
 
 
 def _check_endpoint(options: Mapping[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, Required, TypedDict
 
 from ._history import HistoryStore
 from ._hooks import AgentHooks
-from ._skills import Skill
+from ._skills import Skill, SkillsMode
 from ._tools import ToolDefinition, ToolOptions
 from ._tracing import ContextTracer
 from .providers import ModelClient
@@ -71,6 +71,7 @@ class AgentOptions(TypedDict, total=False):
     hooks: AgentHooks | None
     request_timeout_ms: int | None
     skills: Sequence[Skill] | None
+    skills_mode: SkillsMode | None  # "on_demand" (the default) or "all"
     tracer: ContextTracer | None
     history_store: HistoryStore | None
     # True, or {"threshold_tokens": n, "keep_recent_messages": n, "prompt": "..."}

@@ -22,7 +22,7 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "run_start lead\n",
         "run_start researcher (delegated by run ",
     ),
-    "skills.py": "I was given the skills: code-review, pdf.",
+    "skills.py": "Loaded the pdf skill, which says: Render pages before claiming layout is correct.",
     "quickstart.py": "The calculator says 2+2 = 4.",
     "minimal.py": "Hello! How can I help?",
     "multi_turn.py": "Your name is Ada.",

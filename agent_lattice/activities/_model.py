@@ -220,7 +220,7 @@ def _system_prompt(agent: Agent) -> str | None:
         section = workspace_prompt(agent.workspace)
         base = f"{base}\n\n{section}" if base else section
     if config.skills:
-        section = skills_prompt(config.skills)
+        section = skills_prompt(config.skills, config.skills_mode)
         base = f"{base}\n\n{section}" if base else section
     mode = config.tool_concurrency.mode
     overlapping = mode == "all" or (
