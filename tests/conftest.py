@@ -8,7 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import hypothesis  # noqa: F401 - imported before any thread starts (see below)
@@ -267,6 +268,43 @@ def named_agent(fake: FakeAnthropicServer, name: str, **options: object):
         system_prompt=f"You are {name}.",
         **options,
     )
+
+
+# -- processes seen through /proc (Linux) ----------------------------------------------------
+
+
+def running(pid: int) -> bool:
+    """The process runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def running_children(parent: int, matches: Callable[[list[str]], bool]) -> list[int]:
+    """The running children of ``parent`` whose command line (``argv``) ``matches``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")[:-1]
+        except OSError:  # it ended meanwhile
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        if ppid == parent and matches(argv) and running(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(check: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 # -- crash_app.py worker processes (killed with SIGKILL by the crash tests) -----------------

@@ -19,6 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxRestrictions
 from .. import _settings
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
+from .._mcp import mcp_connections_held
 from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
@@ -216,7 +217,8 @@ class LatticePlugin(SimplePlugin):
         # a query's reader hears from the worker what each task published (worker/_commits)
         undo = send_commit_notices(worker) if _settings.commit_notices() else None
         try:
-            async with shared_http_client_held():
+            # the loop's shared model client and MCP connections close with its last worker
+            async with shared_http_client_held(), mcp_connections_held():
                 await super().run_worker(worker, next)
         finally:
             parking.cancel()
