@@ -270,6 +270,51 @@ def named_agent(fake: FakeAnthropicServer, name: str, **options: object):
     )
 
 
+# -- commands in fresh interpreters, their output in files ----------------------------------
+
+
+class LoggedProcess:
+    """``python ARGS`` in a fresh interpreter (a session of its own), run from the repository
+    root; its stdout and stderr go to files in ``logs`` the test reads as they grow."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
+        self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, *args],
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                cwd=Path(__file__).parent.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+
+    @property
+    def out(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def finish(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"still running after {timeout} s; {self!r}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __repr__(self) -> str:
+        return f"stdout:\n{self.out}\nstderr:\n{self.err}"
+
+
 # -- processes seen through /proc (Linux) ----------------------------------------------------
 
 
