@@ -57,6 +57,8 @@ from ._mcp import (
     connect_mcp_stdio_server,
     connect_mcp_streamable_http_server,
     create_mcp_tools,
+    mcp_stdio_server,
+    mcp_streamable_http_server,
 )
 from ._messages import (
     AgentMessageEvent,
@@ -245,6 +247,8 @@ __all__ = [
     "list_pending_approvals",
     "load_skill",
     "mailbox_id",
+    "mcp_stdio_server",
+    "mcp_streamable_http_server",
     "model_price",
     "resolve_approval",
     "set_default_runtime",

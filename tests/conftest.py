@@ -8,8 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import hypothesis  # noqa: F401 - imported before any thread starts (see below)
@@ -299,6 +300,88 @@ def named_agent(fake: FakeAnthropicServer, name: str, **options: object):
         system_prompt=f"You are {name}.",
         **options,
     )
+
+
+# -- commands in fresh interpreters, their output in files ----------------------------------
+
+
+class LoggedProcess:
+    """``python ARGS`` in a fresh interpreter (a session of its own), run from the repository
+    root; its stdout and stderr go to files in ``logs`` the test reads as they grow."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
+        self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, *args],
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                cwd=Path(__file__).parent.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+
+    @property
+    def out(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def err(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def finish(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"still running after {timeout} s; {self!r}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __repr__(self) -> str:
+        return f"stdout:\n{self.out}\nstderr:\n{self.err}"
+
+
+# -- processes seen through /proc (Linux) ----------------------------------------------------
+
+
+def running(pid: int) -> bool:
+    """The process runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def running_children(parent: int, matches: Callable[[list[str]], bool]) -> list[int]:
+    """The running children of ``parent`` whose command line (``argv``) ``matches``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")[:-1]
+        except OSError:  # it ended meanwhile
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        if ppid == parent and matches(argv) and running(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(check: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 # -- crash_app.py worker processes (killed with SIGKILL by the crash tests) -----------------

@@ -100,6 +100,7 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     ),
     "app.py": ("assistant: Done: 42.", "team: Launch plan: the writer drafts, we ship on Monday."),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
+    "mcp_worker.py": 'The time server says: { "timezone": "Europe/Paris", "datetime": "',
     "encryption.py": (
         "answer: The balance is ACC-7731: 1,250.00 EUR.",
         "the run's input as the server holds it: binary/encrypted",

@@ -1,8 +1,12 @@
-"""MCP tools against real MCP servers: a stdio subprocess, Streamable HTTP, and in-process."""
+"""MCP tools against real MCP servers: a stdio subprocess, Streamable HTTP, and in-process;
+connections opened on the loop that calls, reconnected after the server dies, closed by the
+last worker of their loop."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,8 +22,13 @@ from agent_lattice import (
     connect_mcp_stdio_server,
     connect_mcp_streamable_http_server,
     create_mcp_tools,
+    mcp_stdio_server,
+    mcp_streamable_http_server,
 )
+from agent_lattice._mcp import mcp_connections_held
 from agent_lattice.testing import Script, message, text, tool_use, tool_use_block
+
+from conftest import running, running_children, wait_until
 
 SERVER = str(Path(__file__).with_name("mcp_docs_server.py"))
 STDIO = {"command": sys.executable, "args": [SERVER]}
@@ -169,3 +178,113 @@ async def test_close_stops_the_stdio_server():
     await mcp.close()  # idempotent
     with pytest.raises(Exception):  # noqa: B017 - any transport error: the session is gone
         await asyncio.wait_for(mcp.client.list_tools(), 5)
+
+
+# -- connections per event loop: opened where the call runs, reconnected, closed by workers --
+
+
+def own_servers() -> list[int]:
+    """This process's running stdio docs servers (not the module's HTTP one)."""
+    return running_children(os.getpid(), lambda argv: argv[-1:] == [SERVER])
+
+
+async def test_a_declared_server_connects_on_the_loop_that_calls_and_reconnects():
+    """``mcp_stdio_server`` (for an app module, at import): the tools are listed at once; the
+    calls connect on the loop that runs them, and a dead connection is one error result."""
+    docs = await asyncio.to_thread(mcp_stdio_server, STDIO, name_prefix="docs")
+    assert [t.name for t in docs.tools] == ["docs_search", "docs_fail", "docs_slow"]
+    assert own_servers() == []  # the listing's server was stopped
+    search, fail = docs.tools[0].handler, docs.tools[1].handler
+    async with mcp_connections_held():  # as a worker of this loop holds it
+        first = await search({"query": "install"})
+        assert first.is_error is False and first.content.startswith("installation:")
+        [server] = own_servers()
+        assert (await search({"query": "deploy"})).content.startswith("deploy:")
+        # the server's own error is an error result and keeps the connection
+        assert (await fail({"reason": "index offline"})).is_error is True
+        assert own_servers() == [server]
+
+        os.kill(server, signal.SIGKILL)
+        await asyncio.to_thread(wait_until, lambda: not running(server), "the server to die")
+        lost = await search({"query": "install"})
+        assert lost.is_error is True
+        assert lost.content.startswith("MCP server 'docs': connection lost (")
+        assert "The next call reconnects" in lost.content
+
+        again = await search({"query": "install"})
+        assert again.is_error is False and again.content.startswith("installation:")
+        [restarted] = own_servers()
+        assert restarted != server
+    # the last worker of the loop stopped: its connections closed, their servers stopped
+    assert not running(restarted)
+    assert docs.client is not None  # the client of the connection opened last
+
+
+async def test_a_connection_opened_on_a_loop_that_ended_is_opened_again_where_it_is_called():
+    """The seed's pattern in a Python app module: ``asyncio.run(connect_...)`` at import.
+    That loop's connection ended with it; a call on the serving loop connects there."""
+    opened = await asyncio.to_thread(asyncio.run, connect_mcp_stdio_server(STDIO))
+    assert own_servers() == []
+    result = await opened.tools[0].handler({"query": "install"})
+    assert result.is_error is False and result.content.startswith("installation:")
+    await opened.close()
+    assert own_servers() == []
+
+
+async def test_the_last_worker_of_a_loop_closes_its_mcp_connections(
+    make_agent, fake_anthropic, lattice_runtime
+):
+    docs = await asyncio.to_thread(mcp_stdio_server, STDIO)
+    fake_anthropic.set_handler(Script(tool_use("search", {"query": "install"}), text("Done.")))
+    agent = make_agent(name="mcp-held", tools=docs.tools)
+    assert (await agent.prompt("Search the docs.")).result == "Done."
+    assert fake_anthropic.requests[1].tool_results[0]["content"].startswith("installation:")
+    [server] = own_servers()  # the inline worker's connection
+    await lattice_runtime.close()  # stops its inline workers, the last of this loop
+    assert not running(server)
+
+
+def _start_http_server(port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, SERVER, "--http", str(port)])
+    wait_until(lambda: _accepts(port) or proc.poll() is not None, "the MCP HTTP server")
+    assert proc.poll() is None, "MCP HTTP test server exited"
+    return proc
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+    except OSError:
+        return False
+    return True
+
+
+async def test_a_streamable_http_server_that_restarts_is_reconnected():
+    port = _free_port()
+    proc = await asyncio.to_thread(_start_http_server, port)
+    try:
+        docs = await asyncio.to_thread(
+            mcp_streamable_http_server,
+            f"http://127.0.0.1:{port}/mcp",
+            headers={"X-Workspace": "demo"},
+            auth_provider=BearerAuth("test-token"),
+        )
+        search = docs.tools[0].handler
+        assert (await search({"query": "install"})).content.startswith("installation:")
+
+        proc.kill()
+        proc.wait(10)
+        lost = await search({"query": "install"})
+        assert lost.is_error is True
+        assert lost.content.startswith("MCP server 'docs': connection lost (ConnectError")
+        down = await search({"query": "install"})  # still down: the reconnect fails
+        assert down.is_error is True
+        assert down.content.startswith(f"could not connect to MCP server http://127.0.0.1:{port}")
+
+        proc = await asyncio.to_thread(_start_http_server, port)
+        again = await search({"query": "install"})
+        assert again.is_error is False and again.content.startswith("installation:")
+        await docs.close()
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -148,6 +148,8 @@ PUBLIC = {
         "list_pending_approvals",
         "load_skill",
         "mailbox_id",
+        "mcp_stdio_server",
+        "mcp_streamable_http_server",
         "model_price",
         "resolve_approval",
         "set_default_runtime",

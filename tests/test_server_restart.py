@@ -11,8 +11,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +31,8 @@ from agent_lattice.testing import (
 )
 from agent_lattice.worker._telemetry import temporal_runtime
 
+from conftest import LoggedProcess
+
 pytestmark = pytest.mark.slow  # real processes killed, servers restarted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,43 +41,15 @@ TARGET = "tests/outage_app.py:agent"
 OUTAGE_S = 12.0
 
 
-class Lattice:
+class Lattice(LoggedProcess):
     """A ``lattice`` command (or a ``script``) in a fresh interpreter; its output goes to
     files."""
 
     def __init__(
         self, name: str, argv: list[str], env: dict[str, str], logs: Path, *, script: bool = False
     ) -> None:
-        self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
         command = ["-c", *argv] if script else ["-m", "agent_lattice.cli", *argv]
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, *command],
-                env={**env, "PYTHONUNBUFFERED": "1"},
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-
-    @property
-    def out(self) -> str:
-        return self.out_path.read_text(errors="replace")
-
-    @property
-    def err(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def finish(self, timeout: float = 60) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"still running after {timeout} s; {self!r}") from None
-
-    def __repr__(self) -> str:
-        return f"stdout:\n{self.out}\nstderr:\n{self.err}"
+        super().__init__(name, command, env, logs)
 
 
 def model(request: RecordedRequest) -> Reply:
@@ -116,9 +88,7 @@ def procs() -> Iterator[list[Lattice]]:
     started: list[Lattice] = []
     yield started
     for lattice in started:
-        if lattice.proc.poll() is None:
-            lattice.proc.kill()
-            lattice.proc.wait(10)
+        lattice.stop()
 
 
 def effects(env: dict[str, str]) -> list[str]:

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from .._loop_holds import LoopHolds
 from .._messages import ModelMessage, Usage
 from ._base import EventSink, ModelRequest, ProviderError, is_retryable_status
 
@@ -90,27 +91,23 @@ def _closed_with_loop(http: Any) -> Any:
     return generator
 
 
-# How many workers of each loop may make model requests: the last to stop closes the loop's
+async def _release_http_client(loop: asyncio.AbstractEventLoop) -> None:
+    with _HTTP_LOCK:
+        _HTTP_BY_LOOP.pop(loop, None)
+        closer = _CLOSERS.pop(loop, None)
+    if closer is not None:  # it closes the client (see _closed_with_loop)
+        await closer.aclose()
+
+
+# The workers of each loop that may make model requests: the last to stop closes the loop's
 # shared client (aiohttp reports a session left open, at exit, as an error)
-_HOLDERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+_HOLDS = LoopHolds(_release_http_client)
 
 
-@contextlib.asynccontextmanager
-async def shared_http_client_held() -> AsyncIterator[None]:
+def shared_http_client_held() -> contextlib.AbstractAsyncContextManager[None]:
     """Held while a worker runs: the running loop's shared HTTP client is closed once no
     worker of that loop holds it (a later request builds another)."""
-    loop = asyncio.get_running_loop()
-    _HOLDERS[loop] = _HOLDERS.get(loop, 0) + 1
-    try:
-        yield
-    finally:
-        _HOLDERS[loop] -= 1
-        if not _HOLDERS[loop]:
-            with _HTTP_LOCK:
-                _HTTP_BY_LOOP.pop(loop, None)
-                closer = _CLOSERS.pop(loop, None)
-            if closer is not None:  # it closes the client (see _closed_with_loop)
-                await closer.aclose()
+    return _HOLDS.held()
 
 
 def _prepare_http_client() -> None:

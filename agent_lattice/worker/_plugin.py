@@ -20,6 +20,7 @@ from .. import _settings
 from .._channel_keys import configured_channel_key
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
+from .._mcp import mcp_connections_held
 from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._tools import DEFAULT_TOOL_THREADS
@@ -218,7 +219,8 @@ class LatticePlugin(SimplePlugin):
         # a query's reader hears from the worker what each task published (worker/_commits)
         undo = send_commit_notices(worker) if _settings.commit_notices() else None
         try:
-            async with shared_http_client_held():
+            # the loop's shared model client and MCP connections close with its last worker
+            async with shared_http_client_held(), mcp_connections_held():
                 await super().run_worker(worker, next)
         finally:
             parking.cancel()
