@@ -21,12 +21,13 @@ import asyncio
 import contextlib
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ._errors import ConfigurationError, OptionError
 from ._loop_holds import LoopHolds
+from ._mcp_results import describe_error, field_of, tool_result
 from ._options import check_options
 from ._tools import ToolDefinition, ToolResult, schema_of
 
@@ -103,7 +104,7 @@ async def create_mcp_tools(
     _check_client(client)
 
     async def call(name: str, arguments: Any) -> ToolResult:
-        return _tool_result(await client.call_tool(name, arguments))
+        return tool_result(await client.call_tool(name, arguments))
 
     return await _tools_of(client, opts, call)
 
@@ -306,7 +307,7 @@ class _Owner:
             return await asyncio.shield(self._ready)  # one caller's cancel is not the others'
         except Exception as err:
             raise ConfigurationError(
-                f"could not connect to {self._where}: {_describe(err)}"
+                f"could not connect to {self._where}: {describe_error(err)}"
             ) from err
 
     @property
@@ -322,7 +323,7 @@ class _Owner:
 
     def why(self, fallback: str) -> str:
         """What ended the connection, if it knows (a transport's error), else ``fallback``."""
-        return _describe(self._error) if self._error is not None else fallback
+        return describe_error(self._error) if self._error is not None else fallback
 
     def stop_soon(self) -> None:
         """``close()`` from another thread (or a loop that no longer runs): it ends there."""
@@ -385,8 +386,8 @@ class _Link:
             if not (owner.broken or _connection_lost(err)):
                 raise  # the server's own error about this call: the connection is fine
             await self._drop(owner)  # its transport's error, if any, is known once it ends
-            return self._lost(owner.why(_describe(err)), "this call may not have run")
-        return _tool_result(result)
+            return self._lost(owner.why(describe_error(err)), "this call may not have run")
+        return tool_result(result)
 
     def _lost(self, why: str, outcome: str) -> ToolResult:
         return ToolResult(
@@ -523,11 +524,11 @@ def _agent_tool_name(server_name: str, prefix: str | None) -> str:
 def _mcp_tool(
     call_tool: Callable[[str, Any], Awaitable[ToolResult]], listing: Any, name: str, cheap: bool
 ) -> ToolDefinition[Any]:
-    schema = dict(_field(listing, "input_schema", "inputSchema") or {"type": "object"})
+    schema = dict(field_of(listing, "input_schema", "inputSchema") or {"type": "object"})
     schema.setdefault("type", "object")
     schema, validator = schema_of(schema, where=f"MCP tool {listing.name!r}")
     annotations = getattr(listing, "annotations", None)
-    read_only = bool(annotations and _field(annotations, "read_only_hint", "readOnlyHint"))
+    read_only = bool(annotations and field_of(annotations, "read_only_hint", "readOnlyHint"))
     server_name = listing.name
 
     async def call(arguments: Any) -> ToolResult:
@@ -543,70 +544,3 @@ def _mcp_tool(
         metadata={"mcp_tool": server_name},
         cheap=cheap,
     )
-
-
-def _tool_result(result: Any) -> ToolResult:
-    return ToolResult(
-        content=_content_blocks(result), is_error=bool(_field(result, "is_error", "isError"))
-    )
-
-
-def _field(obj: Any, *names: str) -> Any:
-    for n in names:
-        value = getattr(obj, n, None)
-        if value is not None:
-            return value
-    return None
-
-
-def _content_blocks(result: Any) -> list[dict[str, Any]] | str:
-    """MCP content → Anthropic tool_result content (text, images; resources as text)."""
-    blocks: list[dict[str, Any]] = []
-    for item in getattr(result, "content", None) or []:
-        kind = getattr(item, "type", None)
-        if kind == "text":
-            blocks.append({"type": "text", "text": item.text})
-        elif kind == "image":
-            media = _field(item, "mime_type", "mimeType")
-            blocks.append(
-                {
-                    "type": "image",
-                    "source": {"type": "base64", "media_type": media, "data": item.data},
-                }
-            )
-        elif kind == "resource":
-            res = item.resource
-            text = getattr(res, "text", None)
-            blocks.append(
-                {
-                    "type": "text",
-                    "text": text if text is not None else f"[binary resource {res.uri}]",
-                }
-            )
-        elif kind == "resource_link":
-            blocks.append({"type": "text", "text": f"[resource {item.name}: {item.uri}]"})
-        else:
-            blocks.append({"type": "text", "text": f"[unsupported MCP content: {kind}]"})
-    structured = _field(result, "structured_content", "structuredContent")
-    if not blocks and structured is not None:
-        import json
-
-        blocks.append({"type": "text", "text": json.dumps(structured, ensure_ascii=False)})
-    if len(blocks) == 1 and blocks[0]["type"] == "text":
-        return blocks[0]["text"]
-    return blocks or ""
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, BaseExceptionGroup):
-        leaves = [e for e in _leaves(err)]
-        if leaves:
-            err = leaves[0]
-    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-
-
-def _leaves(group: BaseExceptionGroup[Any]) -> Sequence[BaseException]:
-    out: list[BaseException] = []
-    for e in group.exceptions:
-        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
-    return out

@@ -219,7 +219,9 @@ class StreamReceiver:
             lost = None
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
+            # a connection callback cancelled (again) while closing ends here: asyncio would
+            # print the CancelledError of a stream callback as an unhandled exception
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
         if lost is not None and deliver is not None:  # (a return above: nothing to tell)
             with contextlib.suppress(Exception):
