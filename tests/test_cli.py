@@ -282,6 +282,51 @@ def test_version_and_exit_codes_in_help() -> None:
         assert code in help_text, help_text
 
 
+COMMANDS = [
+    [],
+    *([name] for name in ("dev", "worker", "run", "interrupt", "attach", "runs", "setup")),
+    *([name] for name in ("approvals", "approve", "deny", "codec-server")),
+    ["server", "status"],
+    ["server", "stop"],
+    *(["team", name] for name in ("send", "drain", "status", "inbox")),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "lattice")
+def test_help_shows_no_bool_type_and_wraps_whole_paragraphs(command: list[str]) -> None:
+    width = 100
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output  # a flag takes no value
+    # the prose (outside the option panels) is wrapped by the terminal, never by the source:
+    # a line ends early only where its paragraph ends
+    prose = [
+        line.strip()
+        for line in result.output.splitlines()
+        if not line.lstrip().startswith(("╭", "│", "╰", "Usage:"))
+    ]
+    for line, following in itertools.pairwise(prose):
+        if line and following:
+            next_word = following.split()[0]
+            assert len(line) + 1 + len(next_word) > width - 2, (line, following)
+
+
+@pytest.mark.parametrize(
+    ("command", "values"),
+    [
+        (["runs", "--outcome", "bogus"], ["success", "interrupted", "error_max_budget"]),
+        (["team", "inbox", "x:crew", "lead", "--status", "nope"], ["pending", "cancelled"]),
+    ],
+)
+def test_an_option_of_fixed_values_refuses_another_naming_them(
+    command: list[str], values: list[str]
+) -> None:
+    result = runner.invoke(app, command, env={"COLUMNS": "100"})
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.replace("│", " ").split())
+    assert "is not one of" in said and all(f"'{v}'" in said for v in values), said
+
+
 def test_missing_arguments_are_usage_errors() -> None:
     result = runner.invoke(app, ["run", TARGET])
     assert result.exit_code == 2

@@ -34,7 +34,7 @@ import typer
 from ._approvals import approvals, approve, deny
 from ._codec_server import codec_server
 from ._find import runs, setup
-from ._plumbing import HELP_OPTIONS
+from ._plumbing import HELP_OPTIONS, Command, Group
 from ._render import Renderer
 from ._runs import attach, interrupt, run
 from ._serve import dev, server_app, worker
@@ -44,6 +44,7 @@ __all__ = ["Renderer", "app", "main"]
 
 app = typer.Typer(
     name="lattice",
+    cls=Group,
     help="Durable LLM agents on Temporal: dev server, workers, queries and runs.",
     no_args_is_help=True,
     add_completion=False,
@@ -79,11 +80,11 @@ def _options(
 # The order of registration is the order of `lattice --help`.
 app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, attach):
-    app.command()(command)
+    app.command(cls=Command)(command)
 app.add_typer(team_app, name="team")
 for command in (runs, setup, approvals, approve, deny):
-    app.command()(command)
-app.command("codec-server")(codec_server)
+    app.command(cls=Command)(command)
+app.command("codec-server", cls=Command)(codec_server)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
