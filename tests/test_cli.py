@@ -44,12 +44,14 @@ from agent_lattice import (
     TextBlock,
 )
 from agent_lattice.cli import Renderer, app
-from agent_lattice.client._server import DevServer
+from agent_lattice.client._orphans import queue_served
+from agent_lattice.client._server import DevServer, temporal_binary
 from agent_lattice.testing import (
     FakeAnthropicServer,
     RecordedRequest,
     Reply,
     Script,
+    assert_eventually,
     slow,
     stream_error,
     text,
@@ -623,6 +625,11 @@ def test_ctrl_c_leaves_a_run_served_here_orphaned_saying_what_adopts_it(
         asyncio.run(_terminate(lattice_server, workflow_id))
 
 
+async def _until_polled(address: str, queue: str) -> None:
+    client = await Client.connect(address)
+    await assert_eventually(lambda: queue_served(client, queue), within=30)
+
+
 async def _terminate(address: str, workflow_id: str) -> None:
     client = await Client.connect(address)
     await client.get_workflow_handle(workflow_id).terminate(reason="test over")
@@ -692,6 +699,52 @@ def test_session_continues_the_conversation(
     procs.append(bad := Cli.run("run", TARGET, "hi", "--session", "no spaces", env=env))
     assert bad.finish() == 2, bad
     assert "session_id must contain only letters" in bad.err
+
+
+def test_a_versioned_worker_without_a_current_version_is_the_hint_s_cause(
+    env: dict[str, str], procs: list[Cli], lattice_server: str
+) -> None:
+    deployment = f"clitest-{uuid.uuid4().hex[:8]}"
+    procs.append(
+        worker := Cli.run(
+            "worker", str(APP), "--deployment", deployment, "--build-id", "v1", env=env
+        )
+    )
+    queue = worker.wait_for(r"task queue (\S+)")[1]
+    worker.wait_for("ready")
+    asyncio.run(_until_polled(lattice_server, queue))
+    # the worker polls (so the run is not served here), but new queries go to the
+    # deployment's current version, which it does not have yet
+    procs.append(run := Cli.run("run", TARGET, "What is 2+2?", env=env))
+    command = (
+        f"temporal worker deployment set-current-version --deployment-name {deployment} "
+        "--build-id v1"
+    )
+    run.wait_for("set-current-version", stderr=True)
+    said = " ".join(run.err.split())
+    assert "current version, and it has none" in said and f"`{command}`" in said, run
+    assert "is a worker running" not in said and "in this process" not in said
+    # what the hint says to do lets the waiting query run
+    for _ in range(60):
+        done = subprocess.run(
+            [
+                temporal_binary(),
+                *("worker", "deployment", "set-current-version", "--yes"),
+                *("--address", lattice_server, "--deployment-name", deployment),
+                *("--build-id", "v1"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode == 0:
+            break
+        time.sleep(0.5)
+    assert done.returncode == 0, done.stderr
+    assert run.finish() == 0, run
+    assert run.stdout[-1].startswith("✓ success · 2 turns"), run
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
 
 
 def test_retried_model_request_restarts_its_text(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from .._agent import Agent, start_query
@@ -28,9 +29,11 @@ from .._team import Team
 from ..client._connection import TemporalConnection
 from ..client._orphans import (
     RunState,
+    UnroutedBuild,
     orphan_hint,
     run_state,
     team_may_start,
+    unrouted_builds,
     until_served,
 )
 from ..client._orphans import queue_served as has_live_worker
@@ -177,6 +180,7 @@ async def _detached(
         workflow_id = await agent.start(prompt, runtime=runtime)
         described = await runtime.client.get_workflow_handle(workflow_id).describe()
         served = await has_live_worker(runtime.client, agent.task_queue)
+        unrouted = await unrouted_builds(runtime.client, agent.task_queue)
     finally:
         await runtime.close()
     if json_lines:
@@ -190,6 +194,10 @@ async def _detached(
                 "does (`lattice worker APP` for its app)",
                 "yellow",
             )
+        )
+    if unrouted:
+        stderr.print(
+            Text(f"the run waits: {_versioning_hint(agent.task_queue, unrouted)}", "yellow")
         )
     stderr.print(Text(f"follow it with `lattice attach {workflow_id}`", "dim"))
     return 0
@@ -248,7 +256,7 @@ async def _run_query(
         interrupted.append(signum)
         leaving.start(signum)
 
-    hint = None if serve else asyncio.create_task(_worker_hint(queue))
+    hint = None if serve else asyncio.create_task(_worker_hint(runtime.client, queue))
     result: ResultMessage | None = None
     with on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
         try:
@@ -360,14 +368,34 @@ class _Screen:
         return f"waiting for {self.model}…"
 
 
-async def _worker_hint(task_queue: str) -> None:
+async def _worker_hint(client: Client, task_queue: str) -> None:
     await asyncio.sleep(WORKER_HINT_AFTER_S)
-    stderr.print(
-        Text(
-            f"still waiting: is a worker running for task queue {task_queue}? "
-            "(start one with `lattice worker APP`)",
-            style="yellow",
-        )
+    unrouted = await unrouted_builds(client, task_queue)
+    said = (
+        "still waiting: " + _versioning_hint(task_queue, unrouted)
+        if unrouted
+        else f"still waiting: is a worker running for task queue {task_queue}? "
+        "(start one with `lattice worker APP`)"
+    )
+    stderr.print(Text(said, style="yellow"))
+
+
+def _versioning_hint(task_queue: str, unrouted: list[UnroutedBuild]) -> str:
+    """Why versioned workers polling ``task_queue`` get no new runs, and the command that
+    routes them there (Temporal Worker Versioning: an operator sets the current version)."""
+    first = unrouted[0]
+    builds = ", ".join(b.build_id for b in unrouted)
+    why = (
+        "it has none"
+        if first.current is None
+        else f"that is build {first.current}, which no worker serves"
+    )
+    return (
+        f"the workers polling task queue {task_queue} are versioned (worker deployment "
+        f"{first.deployment}, build{'s' if len(unrouted) > 1 else ''} {builds}), but new "
+        f"queries go to the deployment's current version, and {why}. Make the build current: "
+        f"`temporal worker deployment set-current-version --deployment-name {first.deployment} "
+        f"--build-id {first.build_id}`"
     )
 
 
