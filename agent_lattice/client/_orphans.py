@@ -32,8 +32,8 @@ from temporalio.api.enums.v1 import (
     TaskQueueType,
     WorkerVersioningMode,
 )
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, DescribeTaskQueueResponse
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from .._errors import ConcurrentQueryError
@@ -83,8 +83,10 @@ def _poller_alive(identity: str, last_access: datetime | None) -> bool:
     return True
 
 
-async def queue_served(client: Client, task_queue: str) -> bool:
-    """Whether a live worker polls ``task_queue`` for workflow tasks (see the module doc)."""
+async def _live_pollers(
+    client: Client, task_queue: str
+) -> tuple[DescribeTaskQueueResponse, list[PollerInfo]]:
+    """The task queue as the server describes it, and its live workflow pollers."""
     response = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -92,6 +94,7 @@ async def queue_served(client: Client, task_queue: str) -> bool:
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
     )
+    live = []
     for poller in response.pollers:
         seen = (
             poller.last_access_time.ToDatetime(tzinfo=UTC)
@@ -99,8 +102,13 @@ async def queue_served(client: Client, task_queue: str) -> bool:
             else None
         )
         if _poller_alive(poller.identity, seen):
-            return True
-    return False
+            live.append(poller)
+    return response, live
+
+
+async def queue_served(client: Client, task_queue: str) -> bool:
+    """Whether a live worker polls ``task_queue`` for workflow tasks (see the module doc)."""
+    return bool((await _live_pollers(client, task_queue))[1])
 
 
 @dataclass(frozen=True)
@@ -118,24 +126,11 @@ async def unrouted_builds(client: Client, task_queue: str) -> list[UnroutedBuild
     workers gets its new runs (Worker Versioning): new runs go to the current version of its
     worker deployment, or to unversioned workers while there is none. Empty when a live
     worker gets them, or when no versioned worker polls."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
+    response, live = await _live_pollers(client, task_queue)
     current = response.versioning_info.current_deployment_version
     routed_to = (current.deployment_name, current.build_id) if current.build_id else None
     builds: dict[tuple[str, str], None] = {}
-    for poller in response.pollers:
-        seen = (
-            poller.last_access_time.ToDatetime(tzinfo=UTC)
-            if poller.HasField("last_access_time")
-            else None
-        )
-        if not _poller_alive(poller.identity, seen):
-            continue
+    for poller in live:
         options = poller.deployment_options
         versioned = (
             options.worker_versioning_mode == WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED
