@@ -16,7 +16,7 @@ that cannot be read) or 3 (the Temporal server could not be reached, or was lost
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
 (runs, setup), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
-(codec-server), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
+(codec-server; who it answers: ``_codec_guard``), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
 ``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes, logging, signals).
 """
 
@@ -55,7 +55,8 @@ app = typer.Typer(
     "Temporal profile name, else to the embedded one.\n\n"
     "Exit codes: 0 success · 1 the command failed (a query's error result, a run not "
     "found) · 2 usage (bad arguments, an APP, AGENT or TEAM that cannot be loaded) · 3 the "
-    "Temporal server could not be reached or was lost · 130 after Ctrl-C.",
+    "Temporal server could not be reached or was lost · 130 after Ctrl-C · 143 after SIGTERM "
+    "(lattice run).",
 )
 
 
