@@ -556,7 +556,7 @@ class AgentSpec:
     def spawn(self, *, session_id: str | None = None) -> Agent:
         return Agent(
             AgentConfig.from_options(self.options),
-            session_id=_session_id(session_id),
+            session_id=check_session_id(session_id),
             builtin=True,
         )
 
@@ -567,16 +567,17 @@ def create_agent(*, session_id: str | None = None, **options: Unpack[AgentOption
     none). Pass the ``session_id`` of an earlier session to continue it (from its history
     store, else from Temporal)."""
     return Agent(
-        AgentConfig.from_options(options), session_id=_session_id(session_id), builtin=True
+        AgentConfig.from_options(options), session_id=check_session_id(session_id), builtin=True
     )
 
 
 def create_bare_agent(*, session_id: str | None = None, **options: Unpack[AgentOptions]) -> Agent:
     """Create an agent with exactly the prompt and tools you pass, nothing built in."""
-    return Agent(AgentConfig.from_options(options), session_id=_session_id(session_id))
+    return Agent(AgentConfig.from_options(options), session_id=check_session_id(session_id))
 
 
-def _session_id(value: Any) -> str | None:
+def check_session_id(value: Any) -> str | None:
+    """A session id as given (letters, digits, ``_``, ``.``, ``-``), else OptionError."""
     if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
         raise OptionError(
             f"AgentOptions: session_id must contain only letters, digits, '_', '.' or '-'; got {value!r}"

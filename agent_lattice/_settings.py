@@ -210,6 +210,12 @@ def encryption_keys_file() -> str | None:
     return os.environ.get("LATTICE_ENCRYPTION_KEYS_FILE", "").strip() or None
 
 
+def codec_token() -> str | None:
+    """``LATTICE_CODEC_TOKEN``: the bearer token ``lattice codec-server`` asks of its callers
+    (``--token-file`` wins over it)."""
+    return os.environ.get("LATTICE_CODEC_TOKEN", "").strip() or None
+
+
 def channel_key() -> str | None:
     """``LATTICE_CHANNEL_KEY``: a secret shared by callers and workers on several hosts that
     signs the live side channel when no encryption keys are set (``_channel_keys``)."""

@@ -6,6 +6,7 @@ One agent with a calculator tool; its model is the fake server at ``ANTHROPIC_BA
 from __future__ import annotations
 
 import os
+import time
 
 from pydantic import BaseModel
 
@@ -17,7 +18,12 @@ class Expr(BaseModel):
 
 
 def calculate(input: Expr) -> ToolResult:
-    """Sums ``a+b+...`` (enough for the tests)."""
+    """Sums ``a+b+...`` (enough for the tests); ``sleep N`` takes N seconds (a tool that does
+    not heed cancellation: an interrupt waits for it)."""
+    if input.expr.startswith("sleep "):
+        seconds = float(input.expr.split()[1])
+        time.sleep(seconds)
+        return ToolResult(content=f"slept {seconds:g} s")
     try:
         return ToolResult(content=str(sum(int(part) for part in input.expr.split("+"))))
     except ValueError:

@@ -9,6 +9,7 @@ starts a fresh ``python -m agent_lattice.cli``.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import json
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from temporalio.client import Client
 from typer.testing import CliRunner
 
 from agent_lattice import (
@@ -41,12 +44,14 @@ from agent_lattice import (
     TextBlock,
 )
 from agent_lattice.cli import Renderer, app
-from agent_lattice.client._server import DevServer
+from agent_lattice.client._orphans import queue_served
+from agent_lattice.client._server import DevServer, temporal_binary
 from agent_lattice.testing import (
     FakeAnthropicServer,
     RecordedRequest,
     Reply,
     Script,
+    assert_eventually,
     slow,
     stream_error,
     text,
@@ -137,15 +142,19 @@ class Cli:
     def signal(self, signum: int) -> None:
         os.kill(self.pid, signum)
 
-    def wait_for(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
-        """The first complete stdout line from the last match on that matches ``pattern``."""
+    def wait_for(
+        self, pattern: str, timeout: float = TIMEOUT, *, stderr: bool = False
+    ) -> re.Match[str]:
+        """The first complete stdout line from the last match on that matches ``pattern``
+        (``stderr``: the first complete stderr line that does)."""
         deadline = time.monotonic() + timeout
         while True:
             exited = self.poll() is not None
-            lines = _read(self.out_path).split("\n")[:-1]  # complete lines only
-            for index in range(self._seen, len(lines)):
+            lines = _read(self.err_path if stderr else self.out_path).split("\n")[:-1]
+            for index in range(0 if stderr else self._seen, len(lines)):
                 if match := re.search(pattern, lines[index]):
-                    self._seen = index + 1
+                    if not stderr:
+                        self._seen = index + 1
                     return match
             if exited or time.monotonic() > deadline:
                 raise AssertionError(f"no line matching {pattern!r}; {self!r}")
@@ -282,6 +291,51 @@ def test_version_and_exit_codes_in_help() -> None:
         assert code in help_text, help_text
 
 
+COMMANDS = [
+    [],
+    *([name] for name in ("dev", "worker", "run", "interrupt", "attach", "runs", "setup")),
+    *([name] for name in ("approvals", "approve", "deny", "codec-server")),
+    ["server", "status"],
+    ["server", "stop"],
+    *(["team", name] for name in ("send", "drain", "status", "inbox")),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "lattice")
+def test_help_shows_no_bool_type_and_wraps_whole_paragraphs(command: list[str]) -> None:
+    width = 100
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output  # a flag takes no value
+    # the prose (outside the option panels) is wrapped by the terminal, never by the source:
+    # a line ends early only where its paragraph ends
+    prose = [
+        line.strip()
+        for line in result.output.splitlines()
+        if not line.lstrip().startswith(("╭", "│", "╰", "Usage:"))
+    ]
+    for line, following in itertools.pairwise(prose):
+        if line and following:
+            next_word = following.split()[0]
+            assert len(line) + 1 + len(next_word) > width - 2, (line, following)
+
+
+@pytest.mark.parametrize(
+    ("command", "values"),
+    [
+        (["runs", "--outcome", "bogus"], ["success", "interrupted", "error_max_budget"]),
+        (["team", "inbox", "x:crew", "lead", "--status", "nope"], ["pending", "cancelled"]),
+    ],
+)
+def test_an_option_of_fixed_values_refuses_another_naming_them(
+    command: list[str], values: list[str]
+) -> None:
+    result = runner.invoke(app, command, env={"COLUMNS": "100"})
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.replace("│", " ").split())
+    assert "is not one of" in said and all(f"'{v}'" in said for v in values), said
+
+
 def test_missing_arguments_are_usage_errors() -> None:
     result = runner.invoke(app, ["run", TARGET])
     assert result.exit_code == 2
@@ -357,6 +411,8 @@ def test_run_prints_a_human_transcript_then_runs_and_attach_find_it(
     )
     workflow_id = re.search(r"workflow (\S+)", header)[1]  # type: ignore[index]
     assert run.stdout[1:4] == ['→ calculator {"expr":"2+2"}', "← 4", "The sum is 4."]
+    session = workflow_id.split("-")[1]  # what continues the conversation, said
+    assert f"`lattice run {TARGET} PROMPT --session {session}` continues it" in run.err, run
     assert re.fullmatch(
         rf"✓ success · 2 turns · \d+ in / \d+ out tokens · stop end_turn · "
         rf"workflow {workflow_id} · run \S+",
@@ -480,26 +536,215 @@ def test_interrupt_command_and_ctrl_c_end_a_hanging_run(
 ) -> None:
     procs.append(hanging := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
     procs.append(ctrl_c := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
+    procs.append(sigterm := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
     workflow_id = hanging.wait_for(r"workflow (\S+)")[1]
     ctrl_c.wait_for(r"workflow (\S+)")
+    sigterm.wait_for(r"workflow (\S+)")
     procs.append(attach := Cli.run("attach", workflow_id, env=env))  # a run in progress
     attach.wait_for(f"workflow {workflow_id}")
 
     procs.append(interrupt := Cli.run("interrupt", workflow_id, env=env))
     ctrl_c.signal(signal.SIGINT)
+    sigterm.signal(signal.SIGTERM)  # what systemd, Kubernetes and `timeout` send
     assert interrupt.finish() == 0, interrupt
     assert interrupt.out == f"interrupt sent to {workflow_id} (it was running)"
     assert hanging.finish() == 0, hanging
     assert hanging.stdout[-1].startswith("■ interrupted · 1 turn"), hanging
     assert ctrl_c.finish() == 130, ctrl_c
     assert ctrl_c.stdout[-1].startswith("■ interrupted · 1 turn"), ctrl_c
-    assert "interrupting" in ctrl_c.err
+    assert "Ctrl-C: interrupting" in ctrl_c.err
+    assert sigterm.finish() == 143, sigterm  # the interrupted result came within --grace
+    assert sigterm.stdout[-1].startswith("■ interrupted · 1 turn"), sigterm
+    assert "SIGTERM: interrupting… (waiting up to 10 s" in sigterm.err
+    assert "left " not in sigterm.err
     assert attach.finish() == 0, attach
     assert attach.stdout[-1].startswith("■ interrupted · 1 turn"), attach
 
     procs.append(again := Cli.run("interrupt", workflow_id, env=env))
     assert again.finish() == 0, again
     assert again.out == f"{workflow_id} is not running; nothing to interrupt"
+
+
+def sleeper(seconds: float) -> Any:
+    """A model that has the calculator sleep ``seconds`` (a tool that ignores cancellation:
+    an interrupt takes effect once it returns), then answers."""
+
+    def handle(request: RecordedRequest) -> Reply:
+        if request.tool_results:
+            return text(f"Awake: {request.tool_results[0]['content']}.")
+        return tool_use("calculator", {"expr": f"sleep {seconds:g}"})
+
+    return handle
+
+
+def test_sigterm_leaves_within_the_grace_and_the_run_ends_on_its_worker(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    # the finding: a tool in flight holds the interrupt until it returns, and `lattice run`
+    # waited with it (for the Bash tool's 10 minutes)
+    fake_anthropic.set_handler(sleeper(8))
+    procs.append(worker := Cli.run("worker", str(APP), env=env))
+    worker.wait_for("ready")
+    procs.append(run := Cli.run("run", TARGET, "Sleep a while", "--grace", "2", env=env))
+    workflow_id = run.wait_for(r"workflow (\S+)")[1]
+    run.wait_for("→ calculator")
+    signalled = time.monotonic()
+    run.signal(signal.SIGTERM)
+    assert run.finish() == 143, run
+    assert 2 <= time.monotonic() - signalled < 6, run
+    assert "SIGTERM: interrupting… (waiting up to 2 s for the interrupted result" in run.err
+    assert f"left {workflow_id} without its interrupted result" in run.err, run
+    assert f"Follow it with `lattice attach {workflow_id}`" in run.err, run
+    # the run went on on the worker: its tool returned, then the interrupt took effect
+    procs.append(attach := Cli.run("attach", workflow_id, env=env))
+    assert attach.finish() == 0, attach
+    assert "← slept 8 s" in attach.stdout, attach
+    assert attach.stdout[-1].startswith("■ interrupted · 1 turn"), attach
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
+
+
+def test_ctrl_c_leaves_a_run_served_here_orphaned_saying_what_adopts_it(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer, lattice_server: str
+) -> None:
+    fake_anthropic.set_handler(sleeper(30))
+    procs.append(run := Cli.run("run", TARGET, "Sleep a while", "--grace", "1", env=env))
+    workflow_id = run.wait_for(r"workflow (\S+)")[1]
+    run.wait_for("→ calculator")
+    signalled = time.monotonic()
+    run.signal(signal.SIGINT)
+    try:
+        assert run.finish() == 130, run
+        assert time.monotonic() - signalled < 5, run
+        said = " ".join(run.err.split())
+        assert "Ctrl-C: interrupting… (waiting up to 1 s" in said
+        assert "this process served it, so it is orphaned now" in said, said
+        assert "`lattice worker APP` for its app adopts it" in said, said
+        assert f"`lattice interrupt --force {workflow_id}`" in said, said
+    finally:
+        asyncio.run(_terminate(lattice_server, workflow_id))
+
+
+async def _until_polled(address: str, queue: str) -> None:
+    client = await Client.connect(address)
+    await assert_eventually(lambda: queue_served(client, queue), within=30)
+
+
+async def _terminate(address: str, workflow_id: str) -> None:
+    client = await Client.connect(address)
+    await client.get_workflow_handle(workflow_id).terminate(reason="test over")
+
+
+def test_detach_starts_the_run_for_the_workers_and_attach_gives_its_result(
+    env: dict[str, str], procs: list[Cli]
+) -> None:
+    procs.append(detached := Cli.run("run", "--detach", TARGET, "What is 2+2?", "--json", env=env))
+    assert detached.finish() == 0, detached  # at once: nobody serves the run yet
+    (started,) = json_lines(detached.out)
+    assert set(started) == {"workflow_id", "run_id"}, started
+    workflow_id = started["workflow_id"]
+    assert re.fullmatch(r"clitest-[0-9a-f]+-1", workflow_id), workflow_id
+    assert "no worker polls task queue" in detached.err, detached  # never served here
+    assert "in this process" not in detached.err
+    assert f"`lattice attach {workflow_id}`" in detached.err
+
+    procs.append(worker := Cli.run("worker", str(APP), env=env))
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert attach.finish() == 0, attach
+    messages = json_lines(attach.out)
+    assert messages[-1]["result"] == "The sum is 4.", attach
+    assert messages[-1]["workflow_id"] == workflow_id
+
+    # without --json: the workflow id alone on stdout; a worker polls, so no warning
+    procs.append(plain := Cli.run("run", "--detach", TARGET, "What is 2+2?", env=env))
+    assert plain.finish() == 0, plain
+    assert re.fullmatch(r"clitest-[0-9a-f]+-1", plain.out), plain
+    assert "no worker polls" not in plain.err
+    procs.append(attach := Cli.run("attach", plain.out, "--json", env=env))
+    assert attach.finish() == 0, attach
+    assert json_lines(attach.out)[-1]["result"] == "The sum is 4."
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
+
+
+def test_detach_is_never_served_here() -> None:
+    result = runner.invoke(app, ["run", "--detach", "--worker", TARGET, "What is 2+2?"])
+    assert result.exit_code == 2, result.output
+    assert "--detach leaves the run to the app's workers" in " ".join(result.stderr.split())
+
+
+def test_session_continues_the_conversation(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    first_prompt, second_prompt = "What is 2+2?", "And what did I ask before?"
+    procs.append(
+        first := Cli.run("run", TARGET, first_prompt, "--session", session, "--json", env=env)
+    )
+    assert first.finish() == 0, first
+    assert json_lines(first.out)[-1]["workflow_id"] == f"clitest-{session}-1"
+    asked = len(fake_anthropic.requests)
+    procs.append(
+        second := Cli.run("run", TARGET, second_prompt, "--session", session, "--json", env=env)
+    )
+    assert second.finish() == 0, second
+    assert json_lines(second.out)[-1]["workflow_id"] == f"clitest-{session}-2"
+    # the second run's model request carries the first exchange, then the new prompt
+    request = fake_anthropic.requests[asked]
+    carried = json.dumps(request.messages)
+    assert request.messages[0] == {"role": "user", "content": first_prompt}, request.messages[0]
+    assert '"expr": "2+2"' in carried and "The sum is 4." in carried
+    assert request.last_user_text == second_prompt
+    # a session id is a name: anything else is a usage error
+    procs.append(bad := Cli.run("run", TARGET, "hi", "--session", "no spaces", env=env))
+    assert bad.finish() == 2, bad
+    assert "session_id must contain only letters" in bad.err
+
+
+def test_a_versioned_worker_without_a_current_version_is_the_hint_s_cause(
+    env: dict[str, str], procs: list[Cli], lattice_server: str
+) -> None:
+    deployment = f"clitest-{uuid.uuid4().hex[:8]}"
+    procs.append(
+        worker := Cli.run(
+            "worker", str(APP), "--deployment", deployment, "--build-id", "v1", env=env
+        )
+    )
+    queue = worker.wait_for(r"task queue (\S+)")[1]
+    worker.wait_for("ready")
+    asyncio.run(_until_polled(lattice_server, queue))
+    # the worker polls (so the run is not served here), but new queries go to the
+    # deployment's current version, which it does not have yet
+    procs.append(run := Cli.run("run", TARGET, "What is 2+2?", env=env))
+    command = (
+        f"temporal worker deployment set-current-version --deployment-name {deployment} "
+        "--build-id v1"
+    )
+    run.wait_for("set-current-version", stderr=True)
+    said = " ".join(run.err.split())
+    assert "current version, and it has none" in said and f"`{command}`" in said, run
+    assert "is a worker running" not in said and "in this process" not in said
+    # what the hint says to do lets the waiting query run
+    for _ in range(60):
+        done = subprocess.run(
+            [
+                temporal_binary(),
+                *("worker", "deployment", "set-current-version", "--yes"),
+                *("--address", lattice_server, "--deployment-name", deployment),
+                *("--build-id", "v1"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode == 0:
+            break
+        time.sleep(0.5)
+    assert done.returncode == 0, done.stderr
+    assert run.finish() == 0, run
+    assert run.stdout[-1].startswith("✓ success · 2 turns"), run
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker
 
 
 def test_retried_model_request_restarts_its_text(

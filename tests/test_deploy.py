@@ -372,6 +372,8 @@ def test_compose_wires_its_services_together():
     assert command[command.index("--port") + 1] == codec["ports"][0].split(":")[-1]
     assert command[command.index("--cors-origin") + 1] == f"http://localhost:{ui_port}"
     assert command[command.index("--host") + 1] == "0.0.0.0"
+    # beyond its loopback it says how it tells callers apart (else it refuses to start)
+    assert {"--token-file", "--jwks-url", "--insecure-no-auth"} & set(command), command
     # published on the host's loopback only
     assert all(p.startswith("127.0.0.1:") for s in services.values() for p in s.get("ports", []))
 

@@ -16,7 +16,7 @@ that cannot be read) or 3 (the Temporal server could not be reached, or was lost
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
 (runs, setup), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
-(codec-server), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
+(codec-server; who it answers: ``_codec_guard``), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
 ``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes, logging, signals).
 """
 
@@ -34,7 +34,7 @@ import typer
 from ._approvals import approvals, approve, deny
 from ._codec_server import codec_server
 from ._find import runs, setup
-from ._plumbing import HELP_OPTIONS
+from ._plumbing import HELP_OPTIONS, Command, Group
 from ._render import Renderer
 from ._runs import attach, interrupt, run
 from ._serve import dev, server_app, worker
@@ -44,6 +44,7 @@ __all__ = ["Renderer", "app", "main"]
 
 app = typer.Typer(
     name="lattice",
+    cls=Group,
     help="Durable LLM agents on Temporal: dev server, workers, queries and runs.",
     no_args_is_help=True,
     add_completion=False,
@@ -54,7 +55,8 @@ app = typer.Typer(
     "Temporal profile name, else to the embedded one.\n\n"
     "Exit codes: 0 success · 1 the command failed (a query's error result, a run not "
     "found) · 2 usage (bad arguments, an APP, AGENT or TEAM that cannot be loaded) · 3 the "
-    "Temporal server could not be reached or was lost · 130 after Ctrl-C.",
+    "Temporal server could not be reached or was lost · 130 after Ctrl-C · 143 after SIGTERM "
+    "(lattice run).",
 )
 
 
@@ -79,11 +81,11 @@ def _options(
 # The order of registration is the order of `lattice --help`.
 app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, attach):
-    app.command()(command)
+    app.command(cls=Command)(command)
 app.add_typer(team_app, name="team")
 for command in (runs, setup, approvals, approve, deny):
-    app.command()(command)
-app.command("codec-server")(codec_server)
+    app.command(cls=Command)(command)
+app.command("codec-server", cls=Command)(codec_server)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

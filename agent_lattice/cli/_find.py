@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich import box
@@ -20,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import ConfigurationError
+from .._messages import ResultSubtype
 from ..client._connection import TemporalConnection
 from ..client._orphans import owner_of
 from ..client._orphans import queue_served as has_live_worker
@@ -52,8 +53,11 @@ def runs(
     agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
     session: Annotated[str | None, typer.Option(help="Only this session's runs.")] = None,
     outcome: Annotated[
-        str | None,
-        typer.Option(help="Only runs that ended so: success, error_max_budget, interrupted, …"),
+        ResultSubtype | None,
+        typer.Option(
+            metavar="OUTCOME",
+            help=f"Only runs that ended so: {', '.join(get_args(ResultSubtype))}.",
+        ),
     ] = None,
     since: Annotated[
         str | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import sys
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
@@ -25,6 +27,45 @@ from ._status import Waiting
 
 # `-h` as well as `--help`, on every command (sub-apps set it too: typer does not pass it on)
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+
+def reflowed(text: str | None) -> str | None:
+    """A docstring's paragraphs as single lines: the help wraps them to the terminal (typer
+    keeps the source's line breaks after the first paragraph, which broke lines mid-sentence,
+    short of a wide terminal and past a narrow one)."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _without_flag_types(params: list[Any]) -> list[Any]:
+    """A flag (``--json``, ``--worker/--no-worker``, ``-h``) shows no ``<bool>``: it takes no value."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    """Every ``lattice`` command: its help reflowed, its flags without a type."""
+
+    def __init__(self, name: str | None, *, help: str | None = None, **attrs: Any) -> None:
+        super().__init__(name, help=reflowed(help), **attrs)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """``lattice`` and its command groups (``server``, ``team``), as :class:`Command`."""
+
+    def __init__(self, *, help: str | None = None, **attrs: Any) -> None:
+        super().__init__(help=reflowed(help), **attrs)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
 
 stdout = Console(soft_wrap=True, emoji=False, highlight=False)
 stderr = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)

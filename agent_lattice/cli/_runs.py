@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from .._agent import Agent
+from .._agent import Agent, start_query
+from .._errors import ConfigurationError
 from .._messages import (
     AssistantMessage,
     ResultMessage,
@@ -20,13 +24,16 @@ from .._messages import (
     StreamEventMessage,
     SystemMessage,
 )
+from .._session import QueryRunner
 from .._team import Team
 from ..client._connection import TemporalConnection
 from ..client._orphans import (
     RunState,
+    UnroutedBuild,
     orphan_hint,
     run_state,
     team_may_start,
+    unrouted_builds,
     until_served,
 )
 from ..client._orphans import queue_served as has_live_worker
@@ -39,6 +46,7 @@ from ._plumbing import (
     execute,
     fail,
     on_signals,
+    print_json,
     stderr,
     stdout,
     waiting,
@@ -47,6 +55,8 @@ from ._render import Renderer
 
 # Without a message after this long, a run that relies on an external worker says so.
 WORKER_HINT_AFTER_S = 5.0
+# After SIGINT or SIGTERM, how long `lattice run` waits for the interrupted result (--grace)
+DEFAULT_GRACE_S = 10.0
 
 
 @connection_options
@@ -59,7 +69,12 @@ def run(
         str, typer.Argument(metavar="PROMPT", help="The prompt; '-' reads it from stdin.")
     ],
     json_lines: Annotated[
-        bool, typer.Option("--json", help="One JSON object per message on stdout, nothing else.")
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per message on stdout, nothing else (with --detach: one "
+            'object, {"workflow_id", "run_id"}).',
+        ),
     ] = False,
     no_stream: Annotated[
         bool, typer.Option("--no-stream", help="Skip live model streaming.")
@@ -73,6 +88,32 @@ def run(
             show_default=False,
         ),
     ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            help="Start the run for the app's workers and return at once, printing its "
+            "workflow id (follow it with `lattice attach`); never serves it in this process.",
+        ),
+    ] = False,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            metavar="ID",
+            help="Continue this session's conversation: the model sees its earlier queries and "
+            "answers (a new id starts a session under that id).",
+            show_default=False,
+        ),
+    ] = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="On SIGTERM or Ctrl-C: how long to wait for the interrupted result before "
+            "leaving the run to its workers.",
+        ),
+    ] = DEFAULT_GRACE_S,
     otel: Annotated[
         bool | None,
         typer.Option(
@@ -87,25 +128,79 @@ def run(
     """Run one query and watch it: streamed text, tool calls, tool results, the result.
 
     Exit code 0 on success, 1 when the result is an error, 3 when the Temporal server
-    cannot be reached or was lost (retried for LATTICE_RECONNECT_S, 600 s by default),
-    130 after Ctrl-C (which interrupts the query; a second Ctrl-C leaves without waiting).
+    cannot be reached or was lost (retried for LATTICE_RECONNECT_S, 600 s by default).
+
+    SIGINT (Ctrl-C) or SIGTERM (systemd, Kubernetes, timeout) interrupts the query and waits
+    up to --grace seconds for its interrupted result, then leaves, saying how to attach to
+    the run; a second signal leaves at once. Exit code 130 after SIGINT, 143 after SIGTERM.
     """
     if prompt == "-":
         prompt = sys.stdin.read()
     with errors_as_exit():
-        agent = resolve_agent(target)
-    execute(
-        lambda: _run(
+        if grace < 0:
+            raise ConfigurationError(f"--grace takes seconds, 0 or more; got {grace:g}")
+        if detach and serve:
+            raise ConfigurationError(
+                "--detach leaves the run to the app's workers: it cannot be served here (--worker)"
+            )
+        agent = resolve_agent(target, session_id=session)
+        if detach and isinstance(agent, Team):
+            raise ConfigurationError(
+                f"{target!r} is a team: --detach starts one agent's query (run a team in "
+                "the foreground)"
+            )
+    if detach:
+        assert isinstance(agent, Agent)
+        main = lambda: _detached(connection, agent, prompt, json_lines, otel)  # noqa: E731
+    else:
+        main = lambda: _run(  # noqa: E731
             connection,
             agent,
             prompt,
             json_lines=json_lines,
             stream=not no_stream,
             serve=serve,
+            grace=grace,
             otel=otel,
-        ),
-        spinner=not json_lines,
-    )
+            target=target,
+        )
+    execute(main, spinner=not json_lines)
+
+
+async def _detached(
+    connection: TemporalConnection,
+    agent: Agent,
+    prompt: str,
+    json_lines: bool,
+    otel: bool | None,
+) -> int:
+    """``--detach``: start the query on the agent's task queue and leave it to its workers."""
+    runtime = await Runtime.connect(connection=connection, inline_workers=False, otel=otel)
+    try:
+        workflow_id = await agent.start(prompt, runtime=runtime)
+        described = await runtime.client.get_workflow_handle(workflow_id).describe()
+        served = await has_live_worker(runtime.client, agent.task_queue)
+        unrouted = await unrouted_builds(runtime.client, agent.task_queue)
+    finally:
+        await runtime.close()
+    if json_lines:
+        print_json({"workflow_id": workflow_id, "run_id": described.run_id})
+    else:
+        stdout.print(workflow_id)
+    if not served:
+        stderr.print(
+            Text(
+                f"no worker polls task queue {agent.task_queue} now: the run starts once one "
+                "does (`lattice worker APP` for its app)",
+                "yellow",
+            )
+        )
+    if unrouted:
+        stderr.print(
+            Text(f"the run waits: {_versioning_hint(agent.task_queue, unrouted)}", "yellow")
+        )
+    stderr.print(Text(f"follow it with `lattice attach {workflow_id}`", "dim"))
+    return 0
 
 
 async def _run(
@@ -116,11 +211,13 @@ async def _run(
     json_lines: bool,
     stream: bool,
     serve: bool | None,
+    grace: float = DEFAULT_GRACE_S,
     otel: bool | None = None,
+    target: str = "APP:AGENT",
 ) -> int:
     runtime = await Runtime.connect(connection=connection, inline_workers=False, otel=otel)
     try:
-        return await _run_query(runtime, agent, prompt, json_lines, stream, serve)
+        return await _run_query(runtime, agent, prompt, json_lines, stream, serve, grace, target)
     finally:
         await runtime.close()
 
@@ -132,9 +229,13 @@ async def _run_query(
     json_lines: bool,
     stream: bool,
     serve: bool | None,
+    grace: float = DEFAULT_GRACE_S,
+    target: str = "APP:AGENT",
 ) -> int:
     # a team runs through its lead (and is served, members included, with it)
-    queue = agent.lead.task_queue if isinstance(agent, Team) else agent.task_queue
+    team = agent if isinstance(agent, Team) else None
+    lead = agent.lead if isinstance(agent, Team) else agent
+    queue = lead.task_queue
     if serve is None:
         serve = not await has_live_worker(runtime.client, queue)
         if serve:
@@ -142,21 +243,20 @@ async def _run_query(
                 Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
             )
     runtime.inline_workers = serve
-    messages = agent.query(prompt, runtime=runtime, stream=stream)
+    query = start_query(lead, prompt, {"runtime": runtime, "stream": stream}, team=team)
+    messages = query.messages()
     screen = _Screen(Renderer(stdout, json_lines=json_lines))
     waiting.show(f"starting {agent.name}…")
-    main_task = asyncio.current_task()
     interrupted: list[int] = []
+    leaving = _Leaving(query, queue, served_here=serve, grace=grace)
 
     def on_signal(signum: int) -> None:
-        if interrupted and main_task is not None:
-            main_task.cancel()  # second Ctrl-C: leave now (the run is interrupted on exit)
-            return
+        if interrupted:
+            leaving.now(interrupted[0])  # a second signal: leave without the result
         interrupted.append(signum)
-        stderr.print(Text("interrupting… (Ctrl-C again to leave now)", style="yellow"))
-        agent.interrupt()
+        leaving.start(signum)
 
-    hint = None if serve else asyncio.create_task(_worker_hint(queue))
+    hint = None if serve else asyncio.create_task(_worker_hint(runtime.client, queue))
     result: ResultMessage | None = None
     with on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
         try:
@@ -171,6 +271,7 @@ async def _run_query(
                 if isinstance(message, ResultMessage):
                     result = message
         finally:
+            leaving.cancel()
             if hint is not None:
                 hint.cancel()
             await _aclose(messages)
@@ -178,7 +279,65 @@ async def _run_query(
         return 128 + interrupted[0]
     if result is None:  # never silent: say why there is no result
         fail(f"the messages of {agent.name}'s run ended without its result")
+    elif team is None and not json_lines:
+        again = f"lattice run {target} PROMPT --session {lead.session_id}"
+        stderr.print(Text(f"session {lead.session_id} · `{again}` continues it", style="dim"))
     return EXIT_FAILED if result is None or result.is_error else 0
+
+
+class _Leaving:
+    """After SIGINT or SIGTERM: the query is interrupted, and the process leaves after
+    ``grace`` seconds (or a second signal) if the interrupted result has not come, saying
+    where the run is and how to follow it. It leaves with ``os._exit``: whatever still waits
+    (a tool that ignores cancellation, a server that went away) cannot hold it."""
+
+    def __init__(self, query: QueryRunner, queue: str, *, served_here: bool, grace: float):
+        self.query = query
+        self.queue = queue
+        self.served_here = served_here
+        self.grace = grace
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, signum: int) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        stderr.print(
+            Text(
+                f"{name}: interrupting… (waiting up to {self.grace:g} s for the interrupted "
+                "result; a second signal leaves now)",
+                style="yellow",
+            )
+        )
+        self.query.interrupt()
+        self._timer = asyncio.get_running_loop().call_later(self.grace, self.now, signum)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def now(self, signum: int) -> NoReturn:
+        waiting.stop()
+        workflow_id = getattr(self.query, "workflow_id", "")
+        if not workflow_id:
+            said = "left before the run started (it may not exist)"
+        elif self.served_here:
+            said = (
+                f"left {workflow_id} without its interrupted result: this process served it, "
+                "so it is orphaned now, with the interrupt requested; `lattice worker APP` for "
+                "its app adopts it, and it ends interrupted there. Follow it with `lattice "
+                f"attach {workflow_id}`; end it now, keeping its completed turns, with "
+                f"`lattice interrupt --force {workflow_id}`"
+            )
+        else:
+            said = (
+                f"left {workflow_id} without its interrupted result: the interrupt is "
+                f"requested, and the run ends on the workers of task queue {self.queue}. "
+                f"Follow it with `lattice attach {workflow_id}`"
+            )
+        stderr.print(Text(said, style="yellow"))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
 
 
 class _Screen:
@@ -209,14 +368,34 @@ class _Screen:
         return f"waiting for {self.model}…"
 
 
-async def _worker_hint(task_queue: str) -> None:
+async def _worker_hint(client: Client, task_queue: str) -> None:
     await asyncio.sleep(WORKER_HINT_AFTER_S)
-    stderr.print(
-        Text(
-            f"still waiting: is a worker running for task queue {task_queue}? "
-            "(start one with `lattice worker APP`)",
-            style="yellow",
-        )
+    unrouted = await unrouted_builds(client, task_queue)
+    said = (
+        "still waiting: " + _versioning_hint(task_queue, unrouted)
+        if unrouted
+        else f"still waiting: is a worker running for task queue {task_queue}? "
+        "(start one with `lattice worker APP`)"
+    )
+    stderr.print(Text(said, style="yellow"))
+
+
+def _versioning_hint(task_queue: str, unrouted: list[UnroutedBuild]) -> str:
+    """Why versioned workers polling ``task_queue`` get no new runs, and the command that
+    routes them there (Temporal Worker Versioning: an operator sets the current version)."""
+    first = unrouted[0]
+    builds = ", ".join(b.build_id for b in unrouted)
+    why = (
+        "it has none"
+        if first.current is None
+        else f"that is build {first.current}, which no worker serves"
+    )
+    return (
+        f"the workers polling task queue {task_queue} are versioned (worker deployment "
+        f"{first.deployment}, build{'s' if len(unrouted) > 1 else ''} {builds}), but new "
+        f"queries go to the deployment's current version, and {why}. Make the build current: "
+        f"`temporal worker deployment set-current-version --deployment-name {first.deployment} "
+        f"--build-id {first.build_id}`"
     )
 
 

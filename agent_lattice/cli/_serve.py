@@ -29,6 +29,8 @@ from ..worker._worker import app_agents, create_workers, load_app
 from ._connect import connection_options
 from ._plumbing import (
     HELP_OPTIONS,
+    Command,
+    Group,
     client_target,
     errors_as_exit,
     execute,
@@ -39,6 +41,7 @@ from ._plumbing import (
 )
 
 server_app = typer.Typer(
+    cls=Group,
     help="Report on or stop the embedded Temporal dev server.",
     no_args_is_help=True,
     context_settings=HELP_OPTIONS,
@@ -328,7 +331,7 @@ async def _worker(
         await runtime.close()
 
 
-@server_app.command("status")
+@server_app.command("status", cls=Command)
 def server_status(
     json_out: Annotated[
         bool, typer.Option("--json", help="One JSON object on stdout, nothing else.")
@@ -354,7 +357,7 @@ def server_status(
         raise typer.Exit(1)
 
 
-@server_app.command("stop")
+@server_app.command("stop", cls=Command)
 def server_stop() -> None:
     """Stop the embedded server under LATTICE_HOME (its data stays).
 

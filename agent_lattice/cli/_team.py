@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich import box
 from rich.table import Table
 
 from .._errors import LatticeError
+from .._mailbox import MessageStatus
 from ..client._connection import TemporalConnection
 from ..client._runtime import Runtime
 from ..worker._worker import load_app
 from ._connect import connection_options, default_connection
-from ._plumbing import HELP_OPTIONS, errors_as_exit, execute, print_json, stdout, waiting
+from ._plumbing import (
+    HELP_OPTIONS,
+    Command,
+    Group,
+    errors_as_exit,
+    execute,
+    print_json,
+    stdout,
+    waiting,
+)
 from ._render import one_line
 
 team_app = typer.Typer(
+    cls=Group,
     help="A team's mailbox: send a message, drain routed work, show status and inboxes.",
     no_args_is_help=True,
     context_settings=HELP_OPTIONS,
@@ -24,7 +35,7 @@ team_app = typer.Typer(
 
 TeamTarget = Annotated[str, typer.Argument(help="APP:TEAM, e.g. examples/app.py:team")]
 Json = Annotated[bool, typer.Option("--json", help="JSON on stdout, nothing else.")]
-STATUSES = ("pending", "processing", "done", "failed", "cancelled")
+STATUSES: tuple[MessageStatus, ...] = get_args(MessageStatus)
 
 
 def _resolve_team(target: str) -> Any:
@@ -53,7 +64,7 @@ def _member_mailbox(team: Any, member: str) -> str:
     )
 
 
-@team_app.command("send")
+@team_app.command("send", cls=Command)
 @connection_options
 def team_send(
     target: TeamTarget,
@@ -83,7 +94,7 @@ def team_send(
     execute(main)
 
 
-@team_app.command("drain")
+@team_app.command("drain", cls=Command)
 @connection_options
 def team_drain(
     target: TeamTarget,
@@ -125,7 +136,7 @@ def team_drain(
     execute(main, spinner=not json_out)
 
 
-@team_app.command("status")
+@team_app.command("status", cls=Command)
 @connection_options
 def team_status(
     target: TeamTarget, json_out: Json = False, *, connection: TemporalConnection
@@ -156,12 +167,17 @@ def team_status(
     execute(main, spinner=not json_out)
 
 
-@team_app.command("inbox")
+@team_app.command("inbox", cls=Command)
 @connection_options
 def team_inbox(
     target: TeamTarget,
     member: Annotated[str, typer.Argument(help="A member name, or lead.")],
-    status: Annotated[str | None, typer.Option(help="Only messages in this status.")] = None,
+    status: Annotated[
+        MessageStatus | None,
+        typer.Option(
+            metavar="STATUS", help=f"Only messages in this status: {', '.join(STATUSES)}."
+        ),
+    ] = None,
     json_out: Json = False,
     *,
     connection: TemporalConnection,
@@ -171,8 +187,6 @@ def team_inbox(
     with errors_as_exit():
         team = _resolve_team(target)
         mailbox = _member_mailbox(team, member)
-        if status is not None and status not in STATUSES:
-            raise LatticeError(f"--status must be one of {', '.join(STATUSES)}; got {status!r}")
 
     async def main() -> int:
         async with default_connection(connection):

@@ -26,9 +26,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
-from temporalio.api.enums.v1 import EventType, TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.enums.v1 import (
+    EventType,
+    TaskQueueKind,
+    TaskQueueType,
+    WorkerVersioningMode,
+)
+from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, DescribeTaskQueueResponse
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from .._errors import ConcurrentQueryError
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "POLLER_FRESH",
     "RunState",
+    "UnroutedBuild",
     "adoptable",
     "end_orphan",
     "orphan_hint",
@@ -53,6 +59,7 @@ __all__ = [
     "run_state",
     "serving",
     "team_may_start",
+    "unrouted_builds",
     "until_served",
 ]
 
@@ -76,8 +83,10 @@ def _poller_alive(identity: str, last_access: datetime | None) -> bool:
     return True
 
 
-async def queue_served(client: Client, task_queue: str) -> bool:
-    """Whether a live worker polls ``task_queue`` for workflow tasks (see the module doc)."""
+async def _live_pollers(
+    client: Client, task_queue: str
+) -> tuple[DescribeTaskQueueResponse, list[PollerInfo]]:
+    """The task queue as the server describes it, and its live workflow pollers."""
     response = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -85,6 +94,7 @@ async def queue_served(client: Client, task_queue: str) -> bool:
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
     )
+    live = []
     for poller in response.pollers:
         seen = (
             poller.last_access_time.ToDatetime(tzinfo=UTC)
@@ -92,8 +102,48 @@ async def queue_served(client: Client, task_queue: str) -> bool:
             else None
         )
         if _poller_alive(poller.identity, seen):
-            return True
-    return False
+            live.append(poller)
+    return response, live
+
+
+async def queue_served(client: Client, task_queue: str) -> bool:
+    """Whether a live worker polls ``task_queue`` for workflow tasks (see the module doc)."""
+    return bool((await _live_pollers(client, task_queue))[1])
+
+
+@dataclass(frozen=True)
+class UnroutedBuild:
+    """A build whose versioned workers poll a task queue that routes new runs elsewhere: its
+    worker deployment's current version is another build, or it has none."""
+
+    deployment: str
+    build_id: str
+    current: str | None  # the current version's build id; None: the deployment has none
+
+
+async def unrouted_builds(client: Client, task_queue: str) -> list[UnroutedBuild]:
+    """The builds of the live versioned workers polling ``task_queue`` when none of its live
+    workers gets its new runs (Worker Versioning): new runs go to the current version of its
+    worker deployment, or to unversioned workers while there is none. Empty when a live
+    worker gets them, or when no versioned worker polls."""
+    response, live = await _live_pollers(client, task_queue)
+    current = response.versioning_info.current_deployment_version
+    routed_to = (current.deployment_name, current.build_id) if current.build_id else None
+    builds: dict[tuple[str, str], None] = {}
+    for poller in live:
+        options = poller.deployment_options
+        versioned = (
+            options.worker_versioning_mode == WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED
+        )
+        build = (options.deployment_name, options.build_id) if versioned else None
+        if build == routed_to:
+            return []  # this worker gets the new runs
+        if build is not None:
+            builds[build] = None
+    return [
+        UnroutedBuild(name, build_id, routed_to[1] if routed_to else None)
+        for name, build_id in builds
+    ]
 
 
 def owner_of(task_queue: str) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from .._agent import Agent, AgentSpec
+from .._agent import Agent, AgentSpec, check_session_id
 from .._delegation import delegation_targets
 from .._errors import ConfigurationError
 from .._team import Team
@@ -85,8 +85,10 @@ def app_agents(module: ModuleType) -> dict[str, Agent]:
     return found
 
 
-def resolve_agent(target: str) -> Agent | Team:
-    """``APP:NAME`` to a fresh Agent session (a team: the app's Team, run through its lead)."""
+def resolve_agent(target: str, *, session_id: str | None = None) -> Agent | Team:
+    """``APP:NAME`` to a fresh Agent session (a team: the app's Team, run through its lead);
+    with ``session_id``, the agent on that session: it continues the session's conversation
+    (from its history store, else from Temporal), or starts it under that id."""
     app, sep, name = target.rpartition(":")
     if not sep or not app or not name:
         raise ConfigurationError(
@@ -102,10 +104,14 @@ def resolve_agent(target: str) -> Agent | Team:
             f"{app!r} has no agent named {name!r}; found: {', '.join(app_agents(module))}"
         )
     if isinstance(value, Team):
+        if session_id is not None:
+            raise ConfigurationError(
+                f"{target!r} is a team: a session continues one agent's conversation"
+            )
         return value  # run through its lead, members and mailbox as the app defined them
     if isinstance(value, AgentSpec):
-        return agent
-    return Agent(agent.config)
+        return value.spawn(session_id=session_id) if session_id is not None else agent
+    return Agent(agent.config, session_id=check_session_id(session_id))
 
 
 def _versioned(
