@@ -68,7 +68,8 @@ class ModelSpan:
             attributes["gen_ai.response.id"] = message.provider_response_id
         if usage is not None:
             attributes |= {
-                "gen_ai.usage.input_tokens": usage.input_tokens,
+                # the conventions count cache reads and writes in the input tokens
+                "gen_ai.usage.input_tokens": usage.total_input_tokens,
                 "gen_ai.usage.output_tokens": usage.output_tokens,
                 "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
                 "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,

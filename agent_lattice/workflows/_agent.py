@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         next_step,
     )
     from . import _contract as contract
+    from ._agent_span import agent_span, end_agent_span
     from ._approvals import Approvals
     from ._budget import Budget, budget_of
     from ._delegating import Delegating
@@ -100,6 +101,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             max_budget_usd=budget_of(input),
         )
         self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
+        self._agent_span: Any = None  # the query's invoke_agent span, where it is traced
         self._published = carried.published if carried else 0
         # what the current workflow task published (the last one's is the run's output tail)
         self._task_length: int = 0
@@ -184,6 +186,16 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
 
     @workflow.run
     async def run(self, input: AgentRunInput) -> AgentRunOutput:
+        # the query's invoke_agent span (traced processes only; it records no command)
+        with agent_span(
+            input.agent.name,
+            input.agent.model,
+            input.session_id,
+            first_run=input.continuation is None,
+        ) as self._agent_span:
+            return await self._run(input)
+
+    async def _run(self, input: AgentRunInput) -> AgentRunOutput:
         agent, info = input.agent, workflow.info()
         self._input = input
         if input.continuation is not None:
@@ -582,6 +594,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             cost_by_agent=costs,
         )
         self._publish(message)
+        end_agent_span(self._agent_span, message)
         agent = self._input.agent
         took = workflow.now() - self._started_at
         record_query_outcome(workflow.metric_meter(), agent.name, agent.model, subtype, took)
