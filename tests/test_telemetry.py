@@ -194,6 +194,21 @@ def lattice_run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+def listed(env: dict[str, str], agent: str, workflow_id: str) -> dict[str, Any]:
+    """A run as `lattice runs --json` lists it, once its search attributes have its outcome
+    (visibility lags a little behind the run)."""
+
+    def indexed() -> dict[str, Any]:
+        done = lattice(env, "runs", "--agent", agent, "--limit", "100", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+        row = next((r for r in rows if r["workflow_id"] == workflow_id), None)
+        assert row is not None and row["outcome"] is not None, rows
+        return row
+
+    return wait_for(indexed, within=30)
+
+
 def team_script(fake: FakeAnthropicServer) -> None:
     """The lead calls the calculator, delegates to the explorer and hands off to the writer
     in one batch, then answers; every reply has cache tokens."""
@@ -313,6 +328,9 @@ def test_one_query_is_one_trace_across_processes(otlp, env, start_worker, fake_a
     assert writer["gen_ai.usage.input_tokens"] == 19  # 11 fresh, 5 cache-read, 3 cache-written
     assert writer["gen_ai.usage.output_tokens"] == 7
     assert writer["lattice.result.subtype"] == "success"
+    # the same figure in the writer's search attributes (what `lattice runs` shows)
+    writer_id = runs["writer"]["attributes"]["temporalWorkflowID"]
+    assert listed(env, "writer", writer_id)["input_tokens"] == 19
     model = chats["writer"]["attributes"]
     assert model["gen_ai.system"] == "anthropic"
     assert model["gen_ai.operation.name"] == "chat"
@@ -392,6 +410,8 @@ def test_worker_metrics_count_requests_tokens_tools_and_outcomes(env, start_work
     assert sample(samples, "lattice_tokens", **lead_model, type="input") == 2 * 19
     assert sample(samples, "lattice_tokens", **lead_model, type="output") == 2 * 7
     assert result["total_input_tokens"] == 2 * 19 and result["usage"]["input_tokens"] == 2 * 11
+    # its search attribute
+    assert listed(env, "lead", result["workflow_id"])["input_tokens"] == 2 * 19
     assert sample(samples, "lattice_cache_tokens", **lead_model, type="cache_read") == 2 * 5
     assert sample(samples, "lattice_cache_tokens", **lead_model, type="cache_creation") == 2 * 3
     assert sample(samples, "lattice_tool_calls", agent="lead", tool="calculator") == 2
