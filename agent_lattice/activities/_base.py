@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._hooks import ToolResultContext
+from .._logs import serving_agent
 from .._loop import text_of
 from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
 from .._tools import ToolResult
@@ -81,6 +82,7 @@ class ActivitiesBase:
                 type=FailureType.AGENT_NOT_REGISTERED,
                 non_retryable=True,
             )
+        serving_agent(agent.name)  # the activity's log records name it
         return agent
 
     async def _settle(

@@ -27,7 +27,8 @@ from rich.text import Text
 from .._errors import ConfigurationError
 from ..worker._encryption import EXTRA, EncryptionCodec, EncryptionKeys, UnknownEncryptionKeyError
 from ._keys import EncryptionKeysFile, encryption_keys_from_flag
-from ._plumbing import errors_as_exit, execute, on_signals, stderr, stdout
+from ._logs import log_options
+from ._plumbing import errors_as_exit, execute, note, on_signals, say
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -100,6 +101,7 @@ def codec_app(codec: EncryptionCodec, origins: list[str]) -> Starlette:
     return Starlette(routes=routes, middleware=[cors])
 
 
+@log_options("INFO")
 def codec_server(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8081,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -163,20 +165,19 @@ async def _serve(
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
-                stdout.print("ready · Ctrl-C to stop", style="green")
+                say(Text("ready · Ctrl-C to stop", style="green"))
 
     host, port = listener.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    stdout.print(
-        f"codec server on {url} · keys {', '.join(keys.ids)} (encrypting with {keys.ids[0]})"
-    )
-    stdout.print(Text.assemble(("  CORS origins  ", "dim"), ", ".join(origins)))
-    server = Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    say(f"codec server on {url} · keys {', '.join(keys.ids)} (encrypting with {keys.ids[0]})")
+    say(Text.assemble(("  CORS origins  ", "dim"), ", ".join(origins)))
+    # uvicorn's records go to this process's log set-up (no logging config of its own)
+    server = Server(uvicorn.Config(app, log_level="warning", lifespan="off", log_config=None))
 
     def stop(signum: int) -> None:
         server.should_exit = True
 
     with on_signals(stop, signal.SIGINT, signal.SIGTERM):
         await server.serve(sockets=[listener])
-    stderr.print(Text("codec server stopped", style="dim"))
+    note("codec server stopped")
     return 0

@@ -6,6 +6,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import AsyncIterator
+from logging import WARNING
 from typing import Annotated, Any
 
 import typer
@@ -33,11 +34,13 @@ from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
 from ..worker._worker import resolve_agent
 from ._connect import connection_options
+from ._logs import log_options
 from ._plumbing import (
     EXIT_FAILED,
     errors_as_exit,
     execute,
     fail,
+    note,
     on_signals,
     stderr,
     stdout,
@@ -49,6 +52,7 @@ from ._render import Renderer
 WORKER_HINT_AFTER_S = 5.0
 
 
+@log_options("WARNING")
 @connection_options
 def run(
     target: Annotated[
@@ -138,9 +142,7 @@ async def _run_query(
     if serve is None:
         serve = not await has_live_worker(runtime.client, queue)
         if serve:
-            stderr.print(
-                Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
-            )
+            note(f"no worker polls {queue}; serving {agent.name} in this process")
     runtime.inline_workers = serve
     messages = agent.query(prompt, runtime=runtime, stream=stream)
     screen = _Screen(Renderer(stdout, json_lines=json_lines))
@@ -153,7 +155,7 @@ async def _run_query(
             main_task.cancel()  # second Ctrl-C: leave now (the run is interrupted on exit)
             return
         interrupted.append(signum)
-        stderr.print(Text("interrupting… (Ctrl-C again to leave now)", style="yellow"))
+        note("interrupting… (Ctrl-C again to leave now)", "yellow", WARNING)
         agent.interrupt()
 
     hint = None if serve else asyncio.create_task(_worker_hint(queue))
@@ -166,7 +168,7 @@ async def _run_query(
                     hint = None
                 if json_lines and isinstance(message, SystemMessage) and message.subtype == "init":
                     where = f"workflow {message.workflow_id} · run {message.run_id}"
-                    stderr.print(Text(where, style="dim"))
+                    note(where)
                 screen.show(message)
                 if isinstance(message, ResultMessage):
                     result = message
@@ -211,12 +213,11 @@ class _Screen:
 
 async def _worker_hint(task_queue: str) -> None:
     await asyncio.sleep(WORKER_HINT_AFTER_S)
-    stderr.print(
-        Text(
-            f"still waiting: is a worker running for task queue {task_queue}? "
-            "(start one with `lattice worker APP`)",
-            style="yellow",
-        )
+    note(
+        f"still waiting: is a worker running for task queue {task_queue}? "
+        "(start one with `lattice worker APP`)",
+        "yellow",
+        WARNING,
     )
 
 
