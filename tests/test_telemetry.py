@@ -36,6 +36,7 @@ from agent_lattice.testing import (
     Reply,
     error,
     message,
+    slow,
     text,
     tool_use_block,
 )
@@ -436,6 +437,58 @@ def test_worker_metrics_count_requests_tokens_tools_and_outcomes(env, start_work
     assert not [n for n, _, _ in samples if n.startswith("lattice_query_duration_bucket")]
     # every series names the worker's service, as its spans do
     assert {ls.get("service_name") for _, ls, _ in samples} == {"billing-agents"}
+
+
+def test_an_interrupted_request_counts_the_tokens_it_streamed(env, start_worker, fake_anthropic):
+    # a reply streamed slowly: its message_start (1234 input tokens, 100 of them read from
+    # the cache) comes at once, its text long after
+    story = "Once upon a time, " * 20
+    usage = {"input_tokens": 1134, "cache_read_input_tokens": 100, "output_tokens": 500}
+    fake_anthropic.set_handler(by_agent(explorer=lambda r: slow(text(story, usage=usage), delay=3)))
+    port = _free_port()
+    start_worker("--metrics-port", str(port))
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_lattice.cli",
+            "run",
+            f"{APP}:explorer",
+            "Tell a story.",
+            "--json",
+            "--no-worker",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        workflow_id = None
+        for line in run.stdout:  # type: ignore[union-attr]
+            said = json.loads(line)
+            workflow_id = workflow_id or said.get("workflow_id")
+            if said["type"] == "stream_event" and said["event"]["type"] == "message_start":
+                break
+        assert workflow_id is not None
+        done = lattice(env, "interrupt", workflow_id)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out, _ = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert json.loads(out.splitlines()[-1])["subtype"] == "interrupted"
+
+    def counted() -> list[tuple[str, dict[str, str], float]]:
+        samples = scrape(port)
+        assert sample(samples, "lattice_tokens", agent="explorer", type="input") == 1234
+        return samples
+
+    # the request learns it was cut off at its next heartbeat (10 s), then counts
+    samples = wait_for(counted, within=45)
+    assert sample(samples, "lattice_cache_tokens", agent="explorer", type="cache_read") == 100
+    assert sample(samples, "lattice_tokens", agent="explorer", type="output") == 1
 
 
 def buckets(samples, name: str, **labels: str) -> list[float]:
