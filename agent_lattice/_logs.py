@@ -9,8 +9,9 @@ application's own logging stays as it is.
 
 A record's run comes from Temporal's loggers (``activity.logger`` puts the activity's details
 on each record as ``temporal_activity``, ``workflow.logger`` the workflow's as
-``temporal_workflow``), else from the activity the record is logged in; the agent from the
-activity that serves it (:func:`serving_agent`). An exception is a field of its record (its
+``temporal_workflow``), else from the activity the record is logged in, and the agent it
+serves (:func:`serving`). Temporal's loggers also append those details to the message; here
+they are fields only. An exception is a field of its record (its
 type and message; in JSON its traceback too, as one string), never a multi-line traceback.
 
 The stdlib only: the JSON formatter is a few lines here, where python-json-logger would be a
@@ -27,8 +28,6 @@ import traceback
 from datetime import UTC, datetime
 from typing import Any
 
-from temporalio import activity, workflow
-
 from . import _settings
 from ._errors import ConfigurationError
 
@@ -38,14 +37,16 @@ __all__ = [
     "configure_if_asked",
     "configure_logging",
     "configured_format",
-    "serving_agent",
+    "serving",
 ]
 
 LEVELS = _settings.LOG_LEVELS
 FORMATS = _settings.LOG_FORMATS
 
-# the agent the current activity serves (an activity's task has its own context copy)
-_agent: contextvars.ContextVar[str | None] = contextvars.ContextVar("lattice_agent", default=None)
+# the activity being run and the agent it serves (an activity's task has its own context copy)
+_activity: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "lattice_activity", default=None
+)
 
 # what a LogRecord has of its own: everything else on a record is an ``extra`` field
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -56,26 +57,20 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, No
 _MAPPED = {"temporal_activity", "temporal_workflow", "activity_info", "workflow_info"}
 
 
-def serving_agent(name: str) -> None:
-    """The current activity serves agent ``name``: its records say so (``agent``)."""
-    _agent.set(name)
+def serving(agent: str, activity: dict[str, Any]) -> None:
+    """The current activity (its details as Temporal's ``activity.logger`` gives them:
+    ``workflow_id``, ``workflow_run_id``, ``activity_type``, ...) serves ``agent``: records
+    logged while it runs say so, whatever their logger."""
+    _activity.set({**activity, "agent": agent})
 
 
 def _context(record: logging.LogRecord) -> dict[str, Any]:
     """The run a record is about: workflow_id, run_id, agent, activity, ... where known."""
     fields: dict[str, Any] = {}
+    bound = _activity.get()
     details = getattr(record, "temporal_activity", None)
-    if not isinstance(details, dict) and activity.in_activity():
-        info = activity.info()
-        details = {
-            "workflow_id": info.workflow_id,
-            "workflow_run_id": info.workflow_run_id,
-            "workflow_type": info.workflow_type,
-            "activity_type": info.activity_type,
-            "activity_id": info.activity_id,
-            "attempt": info.attempt,
-            "task_queue": info.task_queue,
-        }
+    if not isinstance(details, dict):
+        details = bound
     if isinstance(details, dict):
         fields |= {
             "workflow_id": details.get("workflow_id"),
@@ -96,10 +91,24 @@ def _context(record: logging.LogRecord) -> dict[str, Any]:
         }
         if "update_name" in run:
             fields["update"] = run["update_name"]
-    agent = getattr(record, "agent", None) or _agent.get()
+    agent = getattr(record, "agent", None) or (bound or {}).get("agent")
     if agent:
         fields["agent"] = agent
     return {k: v for k, v in fields.items() if v is not None and v != ""}
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message, without the run's details Temporal's loggers append to it as
+    `` ({...})`` (they are fields here)."""
+    message = record.getMessage()
+    if (
+        isinstance(getattr(record, "temporal_activity", None), dict)
+        or isinstance(getattr(record, "temporal_workflow", None), dict)
+    ) and message.endswith("})"):
+        head, brace, _ = message.rpartition(" ({")
+        if brace:
+            return head
+    return message
 
 
 def _extra(record: logging.LogRecord) -> dict[str, Any]:
@@ -137,7 +146,7 @@ class JsonFormatter(logging.Formatter):
             "time": _time(record),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _message(record),
         }
         line |= _context(record)
         for key, value in _extra(record).items():
@@ -163,7 +172,7 @@ class TextFormatter(logging.Formatter):
         self.tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
-        text = f"{_time(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        text = f"{_time(record)} {record.levelname} {record.name}: {_message(record)}"
         error = _error(record)
         if error is not None:
             text += f": {_error_text(error)}"
@@ -264,7 +273,4 @@ def configure_logging(
     root.setLevel(chosen_level)
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)
-    # the run's details are fields of each record: not repeated at the end of its message
-    activity.logger.activity_info_on_message = False
-    workflow.logger.workflow_info_on_message = False
     _CONFIGURED[0] = (chosen_level, chosen_format)

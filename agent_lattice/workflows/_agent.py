@@ -101,7 +101,6 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             max_budget_usd=budget_of(input),
         )
         self._reply: ModelCallOutput | None = None  # a model reply the loop has not taken yet
-        self._agent_span: Any = None  # the query's invoke_agent span, where it is traced
         self._published = carried.published if carried else 0
         # what the current workflow task published (the last one's is the run's output tail)
         self._task_length: int = 0
@@ -186,13 +185,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
 
     @workflow.run
     async def run(self, input: AgentRunInput) -> AgentRunOutput:
-        # the query's invoke_agent span (traced processes only; it records no command)
-        with agent_span(
-            input.agent.name,
-            input.agent.model,
-            input.session_id,
-            first_run=input.continuation is None,
-        ) as self._agent_span:
+        with agent_span(input) as self._agent_span:  # invoke_agent, where traced (no command)
             return await self._run(input)
 
     async def _run(self, input: AgentRunInput) -> AgentRunOutput:
@@ -232,21 +225,13 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             if input.team_workflow_id is not None:  # a team's lead: the team is its trace root
                 start["team_workflow_id"] = input.team_workflow_id
             try:
-                await self._trace(
-                    [
-                        ("run_start", start),
-                        (
-                            "user_message",
-                            {"content_head": input.head}
-                            if input.prompt_in_head
-                            else {"content": prompt.to_wire()["content"]},
-                        ),
-                    ]
+                said: dict[str, object] = (
+                    {"content_head": input.head}
+                    if input.prompt_in_head
+                    else {"content": prompt.to_wire()["content"]}
                 )
-            except (
-                ActivityError,
-                ApplicationError,
-            ) as err:  # a tracer bound with fail_on_error failed
+                await self._trace([("run_start", start), ("user_message", said)])
+            except (ActivityError, ApplicationError) as err:  # a fail_on_error tracer failed
                 return await self._finish("error_during_execution", error=error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))

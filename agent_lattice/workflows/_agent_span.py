@@ -20,6 +20,7 @@ from collections.abc import Generator
 from typing import Any
 
 from .._messages import ResultMessage
+from ._types import AgentRunInput
 
 try:
     from opentelemetry import trace
@@ -34,11 +35,12 @@ SCOPE = "agent_lattice"
 
 
 @contextlib.contextmanager
-def agent_span(agent: str, model: str, session_id: str, *, first_run: bool) -> Generator[Any]:
+def agent_span(input: AgentRunInput) -> Generator[Any]:
     """The query's ``invoke_agent`` span, current while the run runs; None when the process
     does not trace workflows, or in a run continued from another (its first run has it)."""
+    agent = input.agent
     if (
-        not first_run
+        input.continuation is not None
         or trace is None
         or ReplaySafeTracerProvider is None
         or not isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
@@ -46,13 +48,13 @@ def agent_span(agent: str, model: str, session_id: str, *, first_run: bool) -> G
         yield None
         return
     with trace.get_tracer(SCOPE).start_as_current_span(
-        f"invoke_agent {agent}",
+        f"invoke_agent {agent.name}",
         kind=trace.SpanKind.INTERNAL,
         attributes={
             "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": agent,
-            "gen_ai.request.model": model,
-            "gen_ai.conversation.id": session_id,
+            "gen_ai.agent.name": agent.name,
+            "gen_ai.request.model": agent.model,
+            "gen_ai.conversation.id": input.session_id,
         },
     ) as span:
         yield span
