@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, computed_field
 
 __all__ = [
     "AgentMessageEvent",
@@ -105,7 +105,13 @@ ContentBlock = Annotated[
 
 
 class Usage(BaseModel):
-    """Token usage; summed over every model request of a query in ``ResultMessage.usage``."""
+    """Token usage; summed over every model request of a query in ``ResultMessage.usage``.
+
+    The fields are the provider's (Anthropic's): ``input_tokens`` are the input tokens that
+    were neither read from nor written to the prompt cache. :attr:`total_input_tokens` counts
+    them all, as the OpenTelemetry GenAI conventions count input tokens: the figure of the
+    ``chat`` spans, the ``lattice_tokens`` metric, the search attributes and ``lattice runs``.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
@@ -122,6 +128,11 @@ class Usage(BaseModel):
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
         )
+
+    @property
+    def total_input_tokens(self) -> int:
+        """Every input token the requests read: fresh, cache-written and cache-read."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
 
 
 class ModelMessage(BaseModel):
@@ -293,6 +304,13 @@ class ResultMessage(BaseModel):
     # model's price is unknown), and each agent's own share beside ``usage_by_agent``
     total_cost_usd: float | None = None
     cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
+
+    @computed_field
+    @property
+    def total_input_tokens(self) -> int:
+        """``usage.total_input_tokens``: every input token, cache reads and writes included
+        (the figure of the spans, metrics, search attributes and ``lattice runs``)."""
+        return self.usage.total_input_tokens
 
     def raise_for_error(self) -> ResultMessage:
         """Raise the matching :class:`~agent_lattice.AgentRunError` for an error result."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from urllib.parse import unquote
 
 from ._errors import ConfigurationError
 
@@ -26,10 +27,13 @@ __all__ = [
     "inline_limit",
     "inline_workers",
     "lattice_home",
+    "log_format",
+    "log_level",
     "metrics_port",
     "otel",
     "park_after",
     "reconnect_s",
+    "service_name",
     "stream_host",
     "task_queue_prefix",
     "temporal_bin",
@@ -110,6 +114,51 @@ def otel() -> bool:
     """``LATTICE_OTEL``: trace queries with OpenTelemetry, exported over OTLP (``1``/``true``/
     ``yes`` turn it on; the ``OTEL_*`` variables say where to)."""
     return os.environ.get("LATTICE_OTEL", "").strip().lower() in ("1", "true", "yes")
+
+
+DEFAULT_SERVICE_NAME = "agent-lattice"
+
+
+def service_name() -> str:
+    """The service this process is, as OpenTelemetry names it: ``OTEL_SERVICE_NAME``, else
+    ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``, else ``agent-lattice`` (the spans'
+    resource and the metrics' ``service_name`` label)."""
+    name = os.environ.get("OTEL_SERVICE_NAME", "").strip()
+    if name:
+        return name
+    for pair in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == "service.name" and value.strip():
+            return unquote(value.strip())
+    return DEFAULT_SERVICE_NAME
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
+
+
+def log_level() -> str | None:
+    """``LATTICE_LOG_LEVEL``: the level of this process's logs (``debug``, ``info``,
+    ``warning``, ``error``, ``critical``), or None when unset."""
+    raw = os.environ.get("LATTICE_LOG_LEVEL", "").strip()
+    if not raw:
+        return None
+    if raw.upper() not in LOG_LEVELS:
+        raise ConfigurationError(
+            f"LATTICE_LOG_LEVEL={raw!r} is not a log level ({', '.join(LOG_LEVELS).lower()})"
+        )
+    return raw.upper()
+
+
+def log_format() -> str | None:
+    """``LATTICE_LOG_FORMAT``: ``text`` (one line per record) or ``json`` (one JSON object
+    per line), or None when unset."""
+    raw = os.environ.get("LATTICE_LOG_FORMAT", "").strip().lower()
+    if not raw:
+        return None
+    if raw not in LOG_FORMATS:
+        raise ConfigurationError(f"LATTICE_LOG_FORMAT={raw!r} is not a log format (text, json)")
+    return raw
 
 
 def transcript_cache_mb() -> float:

@@ -335,4 +335,4 @@ def _on_compacted(state: LoopState, event: Compacted) -> Step:
 
 def input_tokens(usage: Usage) -> int:
     """Everything a request read: fresh, cache-written and cache-read input tokens."""
-    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+    return usage.total_input_tokens

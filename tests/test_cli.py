@@ -42,6 +42,7 @@ from agent_lattice import (
     StreamEventMessage,
     SystemMessage,
     TextBlock,
+    Usage,
 )
 from agent_lattice.cli import Renderer, app
 from agent_lattice.client._orphans import queue_served
@@ -796,6 +797,32 @@ def test_renderer_never_continues_a_failed_attempt() -> None:
         "↻ retrying model request (attempt 2)",
         "Hello world",
         "✓ success · 1 turn · 0 in / 0 out tokens · stop - · workflow wf-1 · run r-1",
+    ]
+
+
+def test_the_result_line_counts_every_input_token_and_shows_the_cost() -> None:
+    console = Console(file=io.StringIO(), width=200, soft_wrap=True)
+    usage = Usage(
+        input_tokens=100,
+        output_tokens=40,
+        cache_read_input_tokens=5000,
+        cache_creation_input_tokens=200,
+    )
+    for cost in (0.0123, 0.000054, None):
+        Renderer(console).show(
+            ResultMessage(
+                subtype="success",
+                session_id="s",
+                num_turns=1,
+                stop_reason="end_turn",
+                usage=usage,
+                total_cost_usd=cost,
+            )
+        )
+    assert console.file.getvalue().splitlines() == [  # type: ignore[attr-defined]
+        "✓ success · 1 turn · 5300 in / 40 out tokens · $0.0123 · stop end_turn",
+        "✓ success · 1 turn · 5300 in / 40 out tokens · $0.000054 · stop end_turn",
+        "✓ success · 1 turn · 5300 in / 40 out tokens · stop end_turn",  # a price unknown
     ]
 
 

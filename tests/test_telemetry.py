@@ -36,6 +36,7 @@ from agent_lattice.testing import (
     Reply,
     error,
     message,
+    slow,
     text,
     tool_use_block,
 )
@@ -194,6 +195,21 @@ def lattice_run(env: dict[str, str], *args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+def listed(env: dict[str, str], agent: str, workflow_id: str) -> dict[str, Any]:
+    """A run as `lattice runs --json` lists it, once its search attributes have its outcome
+    (visibility lags a little behind the run)."""
+
+    def indexed() -> dict[str, Any]:
+        done = lattice(env, "runs", "--agent", agent, "--limit", "100", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+        row = next((r for r in rows if r["workflow_id"] == workflow_id), None)
+        assert row is not None and row["outcome"] is not None, rows
+        return row
+
+    return wait_for(indexed, within=30)
+
+
 def team_script(fake: FakeAnthropicServer) -> None:
     """The lead calls the calculator, delegates to the explorer and hands off to the writer
     in one batch, then answers; every reply has cache tokens."""
@@ -297,11 +313,31 @@ def test_one_query_is_one_trace_across_processes(otlp, env, start_worker, fake_a
     # the lead's handoff reaches the team in the same trace
     handoff = next(s for s in spans if s["name"] == "HandleSignal:handoff")
     assert runs["lead"] in ancestors(handoff, by_id) and handoff["service"] == "lattice-worker"
+    # one invoke_agent span per query (the lead's, its delegate's, the member's work), each
+    # query's chat spans beneath its own
+    invocations = [s for s in spans if s["name"].startswith("invoke_agent")]
+    assert sorted(s["name"] for s in invocations) == [
+        "invoke_agent explorer",
+        "invoke_agent lead",
+        "invoke_agent writer",
+    ]
+    for agent, chat in chats.items():
+        mine = next(s for s in ancestors(chat, by_id) if s["name"].startswith("invoke_agent"))
+        assert mine["name"] == f"invoke_agent {agent}"
+        assert mine["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    writer = next(s for s in invocations if s["name"] == "invoke_agent writer")["attributes"]
+    assert writer["gen_ai.usage.input_tokens"] == 19  # 11 fresh, 5 cache-read, 3 cache-written
+    assert writer["gen_ai.usage.output_tokens"] == 7
+    assert writer["lattice.result.subtype"] == "success"
+    # the same figure in the writer's search attributes (what `lattice runs` shows)
+    writer_id = runs["writer"]["attributes"]["temporalWorkflowID"]
+    assert listed(env, "writer", writer_id)["input_tokens"] == 19
     model = chats["writer"]["attributes"]
     assert model["gen_ai.system"] == "anthropic"
     assert model["gen_ai.operation.name"] == "chat"
     assert model["gen_ai.request.model"] == "claude-test"
-    assert model["gen_ai.usage.input_tokens"] == 11
+    # the conventions count cache reads and writes in the input tokens
+    assert model["gen_ai.usage.input_tokens"] == 19
     assert model["gen_ai.usage.output_tokens"] == 7
     assert model["gen_ai.usage.cache_read.input_tokens"] == 5
     assert model["gen_ai.usage.cache_creation.input_tokens"] == 3
@@ -354,9 +390,10 @@ def test_worker_metrics_count_requests_tokens_tools_and_outcomes(env, start_work
 
     fake_anthropic.set_handler(by_agent(lead=lead))
     port = _free_port()
-    worker = start_worker("--metrics-port", str(port))
+    worker = start_worker("--metrics-port", str(port), OTEL_SERVICE_NAME="billing-agents")
     messages = lattice_run(env, f"{APP}:crew", "Add things.")
-    assert messages[-1]["subtype"] == "success"
+    result = messages[-1]
+    assert result["subtype"] == "success"
 
     def counted() -> list[tuple[str, dict[str, str], float]]:
         samples = scrape(port)
@@ -369,18 +406,100 @@ def test_worker_metrics_count_requests_tokens_tools_and_outcomes(env, start_work
     assert sample(samples, "lattice_model_requests", **lead_model) == 3
     assert sample(samples, "lattice_model_request_retries", **lead_model) == 1
     assert sample(samples, "lattice_model_request_errors", **lead_model) == 1
-    for kind, count in (("input", 11), ("output", 7), ("cache_read", 5), ("cache_creation", 3)):
-        assert sample(samples, "lattice_tokens", **lead_model, type=kind) == 2 * count, kind
+    # input tokens as the GenAI conventions count them, cache reads and writes included: the
+    # result's figure; the cache's part of them apart
+    assert sample(samples, "lattice_tokens", **lead_model, type="input") == 2 * 19
+    assert sample(samples, "lattice_tokens", **lead_model, type="output") == 2 * 7
+    assert result["total_input_tokens"] == 2 * 19 and result["usage"]["input_tokens"] == 2 * 11
+    # its search attribute
+    assert listed(env, "lead", result["workflow_id"])["input_tokens"] == 2 * 19
+    assert sample(samples, "lattice_cache_tokens", **lead_model, type="cache_read") == 2 * 5
+    assert sample(samples, "lattice_cache_tokens", **lead_model, type="cache_creation") == 2 * 3
     assert sample(samples, "lattice_tool_calls", agent="lead", tool="calculator") == 2
     assert sample(samples, "lattice_tool_errors", agent="lead", tool="calculator") == 1
-    assert sample(samples, "lattice_query_duration_count", agent="lead", subtype="success") == 1
+    # the query's duration in seconds, in buckets from half a second to hours
+    took = {"agent": "lead", "subtype": "success"}
+    assert sample(samples, "lattice_query_duration_seconds_count", **took) == 1
+    assert 0 < sample(samples, "lattice_query_duration_seconds_sum", **took) < 60
+    duration_buckets = buckets(samples, "lattice_query_duration_seconds", **took)
+    assert duration_buckets[0] == 0.5 and 3600 in duration_buckets
     # each reply's cost (11 input, 7 output, 3 cache-write, 5 cache-read tokens at the lead's
-    # prices): the failed attempt had none
+    # prices): the failed attempt had none; in buckets from a hundredth of a cent to $100
     assert sample(samples, "lattice_cost_usd_count", **lead_model) == 2
     assert sample(samples, "lattice_cost_usd_sum", **lead_model) == pytest.approx(2 * 54e-6)
-    # Temporal Core's own metrics on the same endpoint
+    cost_buckets = buckets(samples, "lattice_cost_usd", **lead_model)
+    assert cost_buckets[0] == 0.0001 and cost_buckets[-1] == 100
+    assert sample(samples, "lattice_cost_usd_bucket", **lead_model, le="0.0001") == 2
+    # Temporal Core's own metrics on the same endpoint, its durations in seconds too
     assert sample(samples, "temporal_workflow_completed", workflow_type="AgentWorkflow") >= 1
     assert sample(samples, "temporal_activity_execution_failed") >= 1
+    assert sample(samples, "temporal_activity_execution_latency_seconds_count") >= 1
+    assert not [n for n, _, _ in samples if n.startswith("lattice_query_duration_bucket")]
+    # every series names the worker's service, as its spans do
+    assert {ls.get("service_name") for _, ls, _ in samples} == {"billing-agents"}
+
+
+def test_an_interrupted_request_counts_the_tokens_it_streamed(env, start_worker, fake_anthropic):
+    # a reply streamed slowly: its message_start (1234 input tokens, 100 of them read from
+    # the cache) comes at once, its text long after
+    story = "Once upon a time, " * 20
+    usage = {"input_tokens": 1134, "cache_read_input_tokens": 100, "output_tokens": 500}
+    fake_anthropic.set_handler(by_agent(explorer=lambda r: slow(text(story, usage=usage), delay=3)))
+    port = _free_port()
+    start_worker("--metrics-port", str(port))
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_lattice.cli",
+            "run",
+            f"{APP}:explorer",
+            "Tell a story.",
+            "--json",
+            "--no-worker",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        workflow_id = None
+        for line in run.stdout:  # type: ignore[union-attr]
+            said = json.loads(line)
+            workflow_id = workflow_id or said.get("workflow_id")
+            if said["type"] == "stream_event" and said["event"]["type"] == "message_start":
+                break
+        assert workflow_id is not None
+        done = lattice(env, "interrupt", workflow_id)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out, _ = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert json.loads(out.splitlines()[-1])["subtype"] == "interrupted"
+
+    def counted() -> list[tuple[str, dict[str, str], float]]:
+        samples = scrape(port)
+        assert sample(samples, "lattice_tokens", agent="explorer", type="input") == 1234
+        return samples
+
+    # the request learns it was cut off at its next heartbeat (10 s), then counts
+    samples = wait_for(counted, within=45)
+    assert sample(samples, "lattice_cache_tokens", agent="explorer", type="cache_read") == 100
+    assert sample(samples, "lattice_tokens", agent="explorer", type="output") == 1
+
+
+def buckets(samples, name: str, **labels: str) -> list[float]:
+    """The upper bounds of a histogram's buckets (without +Inf), in order."""
+    bounds = {
+        float(ls["le"])
+        for n, ls, _ in samples
+        if n == f"{name}_bucket" and labels.items() <= ls.items() and ls["le"] != "+Inf"
+    }
+    assert bounds, f"no {name} buckets {labels}"
+    return sorted(bounds)
 
 
 @pytest.mark.parametrize("connect", [Runtime.connect, create_runtime], ids=["connect", "create"])

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._hooks import ToolResultContext
 from .._keys import keys_of
+from .._logs import serving
 from .._loop import text_of
 from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
 from .._tools import ToolResult
@@ -89,6 +90,19 @@ class ActivitiesBase:
                 type=FailureType.AGENT_NOT_REGISTERED,
                 non_retryable=True,
             )
+        info = activity.info()  # the activity's log records name it and its agent
+        serving(
+            agent.name,
+            {
+                "workflow_id": info.workflow_id,
+                "workflow_run_id": info.workflow_run_id,
+                "workflow_type": info.workflow_type,
+                "activity_type": info.activity_type,
+                "activity_id": info.activity_id,
+                "attempt": info.attempt,
+                "task_queue": info.task_queue,
+            },
+        )
         return agent
 
     async def _settle(

@@ -25,7 +25,7 @@ from ..providers import ModelRequest, ProviderError
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._types import CompactInput, CompactOutput, ModelCallInput, ModelCallOutput
 from ._base import ActivitiesBase, heartbeating, hook, quiet_when_abandoned
-from ._telemetry import model_span
+from ._telemetry import StreamedUsage, model_span
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -76,9 +76,16 @@ class ModelActivities(ActivitiesBase):
             timeout_ms=input.request.timeout_ms,
         )
         span = model_span(agent.name, input.session_id, request, input.turn)
+        streamed = StreamedUsage()
         async with heartbeating(), quiet_when_abandoned(), _live_events(input) as on_event:
             with span as reply:
-                message = await _call_model(agent, request, on_event, input)
+                sink = streamed.watching(on_event) if input.stream else on_event
+                try:
+                    message = await _call_model(agent, request, sink, input)
+                except asyncio.CancelledError:  # cut off: what it streamed is paid for
+                    cut = streamed.usage
+                    reply.cut_off(cut, request_cost(cut, None, config.model, config.pricing))
+                    raise
                 cost = _cost(agent, message)
                 reply.reply(message, cost)
         if tracer.enabled:

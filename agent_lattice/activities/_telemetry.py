@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from .._messages import ModelMessage
+from .._messages import ModelMessage, Usage
 from .._tools import ToolResult
 from ..providers import ModelRequest
 from ..workflows._metrics import (
@@ -31,7 +31,7 @@ try:
 except ImportError:  # the API comes with the anthropic SDK; without it, no spans
     trace = None  # type: ignore[assignment]
 
-__all__ = ["ModelSpan", "ToolSpan", "model_span", "tool_span"]
+__all__ = ["ModelSpan", "StreamedUsage", "ToolSpan", "model_span", "tool_span"]
 
 SCOPE = "agent_lattice"
 GEN_AI_SYSTEM = "anthropic"
@@ -68,12 +68,58 @@ class ModelSpan:
             attributes["gen_ai.response.id"] = message.provider_response_id
         if usage is not None:
             attributes |= {
-                "gen_ai.usage.input_tokens": usage.input_tokens,
+                # the conventions count cache reads and writes in the input tokens
+                "gen_ai.usage.input_tokens": usage.total_input_tokens,
                 "gen_ai.usage.output_tokens": usage.output_tokens,
                 "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
                 "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
             }
         self._span.set_attributes(attributes)
+
+    def cut_off(self, usage: Usage | None, cost_usd: float | None) -> None:
+        """The request was cut off mid-stream: the tokens the provider reported so far count
+        (in the metrics and on the span, marked ``lattice.cut_off``)."""
+        if usage is None:
+            return
+        record_model_usage(activity.metric_meter(), self._agent, self._model, usage, cost_usd)
+        if self._span is None:
+            return
+        self._span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": usage.total_input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
+                "lattice.cut_off": True,
+            }
+        )
+
+
+class StreamedUsage:
+    """The usage a streamed reply reported so far: ``message_start``'s (the input tokens,
+    cache reads and writes), then each ``message_delta``'s (cumulative output tokens). A
+    request cut off mid-stream (an interrupt, a stopping worker) is paid for that far."""
+
+    def __init__(self) -> None:
+        self._usage: dict[str, Any] | None = None
+
+    def watching(self, sink: Any) -> Any:
+        """An event sink that notes usage, then hands each event on to ``sink`` (if any)."""
+
+        async def watch(event: dict[str, Any]) -> None:
+            kind = event.get("type")
+            if kind == "message_start":
+                self._usage = dict(event.get("message", {}).get("usage") or {})
+            elif kind == "message_delta" and self._usage is not None:
+                self._usage.update(event.get("usage") or {})
+            if sink is not None:
+                await sink(event)
+
+        return watch
+
+    @property
+    def usage(self) -> Usage | None:
+        return Usage.model_validate(self._usage) if self._usage is not None else None
 
 
 @contextlib.contextmanager

@@ -45,7 +45,8 @@ from ._codec_guard import (
     read_limited,
 )
 from ._keys import EncryptionKeysFile, encryption_keys_from_flag
-from ._plumbing import errors_as_exit, execute, on_signals, stderr, stdout
+from ._logs import log_options
+from ._plumbing import errors_as_exit, execute, note, on_signals, say
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -157,6 +158,7 @@ def _client(request: Any) -> str:
     return f"{request.client.host}:{request.client.port}" if request.client else "?"
 
 
+@log_options("INFO")
 def codec_server(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8081,
     host: Annotated[
@@ -322,27 +324,26 @@ async def _serve(
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
-                stdout.print("ready · Ctrl-C to stop", style="green")
+                say(Text("ready · Ctrl-C to stop", style="green"))
 
     host, port = listener.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    stdout.print(
-        f"codec server on {url} · keys {', '.join(keys.ids)} (encrypting with {keys.ids[0]})"
-    )
-    stdout.print(Text.assemble(("  CORS origins  ", "dim"), ", ".join(origins)))
+    say(f"codec server on {url} · keys {', '.join(keys.ids)} (encrypting with {keys.ids[0]})")
+    say(Text.assemble(("  CORS origins  ", "dim"), ", ".join(origins)))
     if access.open and not is_loopback(host):
         said = Text("none (--insecure-no-auth): anyone who reaches it can decrypt", "yellow")
     else:
         said = Text(access.describe() if not access.open else "none (loopback only)")
-    stdout.print(Text.assemble(("  auth          ", "dim"), said))
-    stdout.print(Text.assemble(("  Host names    ", "dim"), ", ".join(sorted(hosts))))
-    stdout.print(Text.assemble(("  max body      ", "dim"), f"{max_body} bytes"))
-    server = Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    say(Text.assemble(("  auth          ", "dim"), said))
+    say(Text.assemble(("  Host names    ", "dim"), ", ".join(sorted(hosts))))
+    say(Text.assemble(("  max body      ", "dim"), f"{max_body} bytes"))
+    # uvicorn's records go to this process's log set-up (no logging config of its own)
+    server = Server(uvicorn.Config(app, log_level="warning", lifespan="off", log_config=None))
 
     def stop(signum: int) -> None:
         server.should_exit = True
 
     with on_signals(stop, signal.SIGINT, signal.SIGTERM):
         await server.serve(sockets=[listener])
-    stderr.print(Text("codec server stopped", style="dim"))
+    note("codec server stopped")
     return 0

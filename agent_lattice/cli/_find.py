@@ -245,11 +245,7 @@ async def _row(client: Client, execution: WorkflowExecution) -> dict[str, Any]:
             result = (await handle.result(follow_runs=False)).result
             usage = result.usage
             row["outcome"], row["cost_usd"] = result.subtype, result.total_cost_usd
-            row["input_tokens"] = (
-                usage.input_tokens
-                + usage.cache_creation_input_tokens
-                + usage.cache_read_input_tokens
-            )
+            row["input_tokens"] = usage.total_input_tokens
             row["output_tokens"] = usage.output_tokens
     except UnknownEncryptionKeyError as err:  # the run is listed; its text needs that key
         row["prompt"] = f"(encrypted with key {err.key_id!r}, not given)"

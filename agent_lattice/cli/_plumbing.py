@@ -8,7 +8,6 @@ import contextlib
 import inspect
 import json
 import logging
-import sys
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -21,12 +20,15 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
+from .._logs import configure_logging, configured_format
 from ..client._reconnect import transport_reason, unreachable
 from ..client._server import DevServer
 from ._status import Waiting
 
 # `-h` as well as `--help`, on every command (sub-apps set it too: typer does not pass it on)
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+log = logging.getLogger("agent_lattice.cli")
 
 
 def reflowed(text: str | None) -> str | None:
@@ -79,6 +81,9 @@ def print_json(value: object) -> None:
 
 
 def fail(message: str) -> None:
+    if configured_format() == "json":  # stderr carries JSON lines only
+        log.error(" ".join(message.split()))
+        return
     stderr.print(Text("error: " + " ".join(message.split()), style="red"))
 
 
@@ -148,30 +153,31 @@ def execute(main: Callable[[], Coroutine[Any, Any, int]], *, spinner: bool = Tru
     raise typer.Exit(code)
 
 
-class _OneLineFormatter(logging.Formatter):
-    """Log records as one line: an activity failing on every retry must not print a
-    traceback each time (``LATTICE_DEBUG=1`` shows them)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
-        error = record.exc_info[1] if record.exc_info else None
-        return f"{text}: {type(error).__name__}: {error}" if error is not None else text
-
-
 def _configure_logging() -> None:
-    """Temporal's logs (its core's included, which by default go to stdout) go to stderr, one
-    line each, so stdout carries only what the command prints (``--json`` stays pure)."""
-    logger = logging.getLogger("temporalio")
-    if any(getattr(h, "lattice_cli", False) for h in logger.handlers):
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    debug = _settings.debug()
-    handler.setFormatter(
-        logging.Formatter("%(levelname)s %(name)s: %(message)s") if debug else _OneLineFormatter()
-    )
-    handler.lattice_cli = True  # type: ignore[attr-defined]
-    logger.addHandler(handler)
-    logger.propagate = False
+    """A command without ``--log-level``/``--log-format`` (``_logs``) logs warnings and worse
+    (or ``LATTICE_LOG_LEVEL``), one line each, on stderr: stdout carries only what the command
+    prints (``--json`` stays pure)."""
+    if configured_format() is None:
+        configure_logging(default_level="WARNING")
+
+
+def say(text: str | Text) -> None:
+    """What a serving command tells on stdout (``serving 2 agents on ...``, ``ready``); with
+    ``--log-format json`` a record of the ``agent_lattice.cli`` logger instead: a container's
+    log then has JSON lines only."""
+    if configured_format() == "json":
+        log.info(" ".join((text.plain if isinstance(text, Text) else text).split()))
+    else:
+        stdout.print(text)
+
+
+def note(text: str, style: str = "dim", level: int = logging.INFO) -> None:
+    """A line for whoever watches a command on stderr; with ``--log-format json`` a record
+    of the ``agent_lattice.cli`` logger (at ``level``) instead, so stderr stays JSON."""
+    if configured_format() == "json":
+        log.log(level, text)
+    else:
+        stderr.print(Text(text, style=style))
 
 
 @contextlib.contextmanager

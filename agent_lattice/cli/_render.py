@@ -172,9 +172,12 @@ class Renderer:
         usage = message.usage
         parts = [
             f"{message.num_turns} turn{'s' if message.num_turns != 1 else ''}",
-            f"{usage.input_tokens} in / {usage.output_tokens} out tokens",
-            f"stop {message.stop_reason or '-'}",
+            # every input token, cache reads and writes included (as `lattice runs` counts)
+            f"{usage.total_input_tokens} in / {usage.output_tokens} out tokens",
         ]
+        if message.total_cost_usd is not None:  # None: some model's price is unknown
+            parts.append(cost_text(message.total_cost_usd))
+        parts.append(f"stop {message.stop_reason or '-'}")
         if workflow_id := message.workflow_id or self.workflow_id:
             parts.append(f"workflow {workflow_id}")
         if message.run_id:
@@ -196,6 +199,13 @@ def _result_text(block: ToolResultBlock) -> str:
         return block.content
     texts = [str(b.get("text", "")) for b in block.content if b.get("type") == "text"]
     return "\n".join(texts) if texts else json.dumps(block.content, ensure_ascii=False)
+
+
+def cost_text(usd: float) -> str:
+    """``$0.0123``; a cost below a hundredth of a cent is not shown as free (``$0.000042``)."""
+    if usd == 0 or usd >= 0.0001:
+        return f"${usd:.4f}"
+    return f"${usd:.6f}" if usd >= 0.000001 else "<$0.000001"
 
 
 def one_line(text: str, limit: int) -> str:

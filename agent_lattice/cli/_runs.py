@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from logging import WARNING
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -40,11 +41,13 @@ from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
 from ..worker._worker import resolve_agent
 from ._connect import connection_options
+from ._logs import log_options
 from ._plumbing import (
     EXIT_FAILED,
     errors_as_exit,
     execute,
     fail,
+    note,
     on_signals,
     print_json,
     stderr,
@@ -59,6 +62,7 @@ WORKER_HINT_AFTER_S = 5.0
 DEFAULT_GRACE_S = 10.0
 
 
+@log_options("WARNING")
 @connection_options
 def run(
     target: Annotated[
@@ -239,9 +243,7 @@ async def _run_query(
     if serve is None:
         serve = not await has_live_worker(runtime.client, queue)
         if serve:
-            stderr.print(
-                Text(f"no worker polls {queue}; serving {agent.name} in this process", "dim")
-            )
+            note(f"no worker polls {queue}; serving {agent.name} in this process")
     runtime.inline_workers = serve
     query = start_query(lead, prompt, {"runtime": runtime, "stream": stream}, team=team)
     messages = query.messages()
@@ -266,7 +268,7 @@ async def _run_query(
                     hint = None
                 if json_lines and isinstance(message, SystemMessage) and message.subtype == "init":
                     where = f"workflow {message.workflow_id} · run {message.run_id}"
-                    stderr.print(Text(where, style="dim"))
+                    note(where)
                 screen.show(message)
                 if isinstance(message, ResultMessage):
                     result = message
@@ -377,7 +379,7 @@ async def _worker_hint(client: Client, task_queue: str) -> None:
         else f"still waiting: is a worker running for task queue {task_queue}? "
         "(start one with `lattice worker APP`)"
     )
-    stderr.print(Text(said, style="yellow"))
+    note(said, "yellow", WARNING)
 
 
 def _versioning_hint(task_queue: str, unrouted: list[UnroutedBuild]) -> str:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 from datetime import timedelta
+from logging import WARNING
 from typing import Annotated, Any
 
 import typer
@@ -27,6 +28,7 @@ from ..worker._plugin import ACTIVITY_SLOTS, CACHED_RUNS
 from ..worker._versioning import deployment_config
 from ..worker._worker import app_agents, create_workers, load_app
 from ._connect import connection_options
+from ._logs import log_options
 from ._plumbing import (
     HELP_OPTIONS,
     Command,
@@ -34,9 +36,10 @@ from ._plumbing import (
     client_target,
     errors_as_exit,
     execute,
+    note,
     on_signals,
     print_json,
-    stderr,
+    say,
     stdout,
 )
 
@@ -68,11 +71,9 @@ async def _serve_agents(
         deployment_config=deployment,
         **(slots or {}),
     )
-    stdout.print(
-        f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {client_target(client)}"
-    )
+    say(f"serving {len(agents)} agent{'s' if len(agents) != 1 else ''} on {client_target(client)}")
     if deployment is not None:
-        stdout.print(
+        say(
             Text.assemble(
                 ("  worker deployment version ", "dim"),
                 (deployment.version.to_canonical_string(), "cyan"),
@@ -80,7 +81,7 @@ async def _serve_agents(
         )
     for attr, agent in agents.items():
         tools = ", ".join(t.name for t in agent.tools) or "no tools"
-        stdout.print(
+        say(
             Text.assemble(
                 ("  ", ""),
                 (attr, "bold"),
@@ -104,12 +105,12 @@ async def _serve_agents(
         lost = asyncio.create_task((watch.lost if watch else asyncio.Event()).wait())
         # runs of these agents whose inline process died are served here too
         adopter = asyncio.create_task(
-            adopt_orphans(client, agents.values(), lambda said: stderr.print(Text(said, "yellow")))
+            adopt_orphans(client, agents.values(), lambda said: note(said, "yellow", WARNING))
         )
-        stdout.print("ready · Ctrl-C to stop", style="green")
+        say(Text("ready · Ctrl-C to stop", style="green"))
         await asyncio.wait([*tasks, waiter, lost], return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
-            stderr.print(Text("shutting down workers…", style="dim"))
+            note("shutting down workers…")
         adopter.cancel()
         with contextlib.suppress(BaseException):
             await adopter
@@ -123,10 +124,11 @@ async def _serve_agents(
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
-    stderr.print(Text("workers stopped", style="dim"))
+    note("workers stopped")
     return 0
 
 
+@log_options("INFO")
 def dev(
     app_ref: Annotated[
         str | None,
@@ -182,9 +184,9 @@ async def _dev(
     )
     _print_server(server, "started" if started else "reused")
     if not started and port and server.port != port:
-        stderr.print(Text(f"--port ignored: the running server listens on {server.port}", "dim"))
+        note(f"--port ignored: the running server listens on {server.port}")
     if os.environ.get("TEMPORAL_ADDRESS") and agents:
-        stderr.print(Text("TEMPORAL_ADDRESS is ignored by `lattice dev`", style="yellow"))
+        note("TEMPORAL_ADDRESS is ignored by `lattice dev`", "yellow", WARNING)
     if agents is None:
         return 0
     embedded = TemporalConnection(address=server.address)  # TEMPORAL_* is not for it
@@ -197,12 +199,13 @@ async def _dev(
 
 
 def _print_server(server: DevServer, state: str) -> None:
-    stdout.print(Text(f"Temporal dev server {state} (pid {server.pid})", style="bold"))
-    stdout.print(Text.assemble(("  gRPC  ", "dim"), server.address))
-    stdout.print(Text.assemble(("  UI    ", "dim"), server.ui_url if server.ui_port else "off"))
-    stdout.print(Text.assemble(("  data  ", "dim"), server.home))
+    say(Text(f"Temporal dev server {state} (pid {server.pid})", style="bold"))
+    say(Text.assemble(("  gRPC  ", "dim"), server.address))
+    say(Text.assemble(("  UI    ", "dim"), server.ui_url if server.ui_port else "off"))
+    say(Text.assemble(("  data  ", "dim"), server.home))
 
 
+@log_options("INFO")
 @connection_options
 def worker(
     app_ref: Annotated[

@@ -9,6 +9,7 @@ connect time: Temporal would otherwise answer every later call NOT_FOUND.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import ConfigurationError
+from .._logs import configured_format
 from ._connection import NAMESPACE, TemporalConnection
 from ._reconnect import GoneCheck, ServerWatch, connect_client
 from ._server import DevServer, TemporalBinaryMissing
@@ -70,11 +72,14 @@ async def _embedded(quiet: bool) -> DevServer:
             f"and the embedded one cannot start: {err}"
         ) from None
     if started and not quiet:
-        print(
-            f"agent-lattice: started the embedded Temporal server at {server.address} "
-            f"(UI {server.ui_url}, data in {server.home})",
-            file=sys.stderr,
+        said = (
+            f"started the embedded Temporal server at {server.address} "
+            f"(UI {server.ui_url}, data in {server.home})"
         )
+        if configured_format() == "json":  # a record: stderr stays JSON
+            logging.getLogger("agent_lattice.server").info(said)
+        else:
+            print(f"agent-lattice: {said}", file=sys.stderr)
     return server
 
 

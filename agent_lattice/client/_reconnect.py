@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import sys
 import time
@@ -32,6 +33,7 @@ from temporalio.client import Client
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from .._errors import ConfigurationError, ServerGoneError, ServerUnreachableError
+from .._logs import configured_format
 from ..worker._server_wait import DEFAULT_RECONNECT_S, RECONNECT_ENV, reconnect_limit
 from ._connection import handshake_problem
 from ._server import DevServer
@@ -145,8 +147,16 @@ async def connect_client(
 on_outage: Callable[[str, bool], None] | None = None
 
 
-def _say(text: str) -> None:
-    print(f"agent-lattice: {text}", file=sys.stderr, flush=True)
+log = logging.getLogger("agent_lattice.server")
+
+
+def _say(text: str, level: int = logging.WARNING) -> None:
+    """Once per change: on stderr, or as a record where this process logs JSON lines
+    (``_logs``: its stderr stays JSON)."""
+    if configured_format() == "json":
+        log.log(level, text)
+    else:
+        print(f"agent-lattice: {text}", file=sys.stderr, flush=True)
 
 
 class ServerWatch:
@@ -201,7 +211,8 @@ class ServerWatch:
         if self.down_since is not None and self.gone is None:
             _say(
                 f"reconnected to {self.address} "
-                f"(unreachable for {time.monotonic() - self.down_since:.0f} s)"
+                f"(unreachable for {time.monotonic() - self.down_since:.0f} s)",
+                logging.INFO,
             )
             self.down_since = None
             self.lost.clear()
@@ -352,7 +363,10 @@ class ServerWatch:
             _say(f"could not restart the embedded Temporal server: {err}")
             return
         if server is not None:
-            _say(f"restarted the embedded Temporal server at {server.address} (pid {server.pid})")
+            _say(
+                f"restarted the embedded Temporal server at {server.address} (pid {server.pid})",
+                logging.INFO,
+            )
 
 
 class GoneCheck(temporal_client.Interceptor):

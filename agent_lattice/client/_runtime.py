@@ -22,6 +22,7 @@ from .. import _settings
 from .._channel_keys import ChannelKey, caller_channel_key
 from .._delegation import delegation_targets
 from .._keys import keys_of
+from .._logs import configure_if_asked
 from .._messages import (
     AssistantMessage,
     ErrorInfo,
@@ -143,6 +144,8 @@ class Runtime:
         otel: bool | None = None,
         metrics_port: int | None = None,
         encryption_keys: EncryptionKeysLike | None = None,
+        log_level: str | None = None,
+        log_format: str | None = None,
     ) -> Runtime:
         """Connect the way the Temporal CLI does: the arguments over the ``TEMPORAL_*``
         environment over the profile file (``TemporalConnection.load``; or a ``connection``
@@ -159,7 +162,10 @@ class Runtime:
         ``encryption_keys`` (default ``LATTICE_ENCRYPTION_KEYS[_FILE]``): encrypt every payload
         of this client and its workers (``KEY_ID:BASE64_KEY,...``; the first key encrypts);
         its workers then refuse what reaches a run unencrypted (``LATTICE_ENCRYPTION_STRICT``,
-        default on)."""
+        default on). ``log_level`` and ``log_format`` (default ``LATTICE_LOG_LEVEL``,
+        ``LATTICE_LOG_FORMAT``): set up this process's logs on stderr, as text lines or one JSON
+        object a line (``_logs``); given neither, nor the variables, logging is left as it is."""
+        configure_if_asked(log_level, log_format)
         connection = TemporalConnection.given(
             connection,
             address,

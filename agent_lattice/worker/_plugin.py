@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import warnings
@@ -39,6 +40,8 @@ from ._versioning import versioned_for
 
 if TYPE_CHECKING:
     from .._agent import Agent
+
+log = logging.getLogger("agent_lattice.worker")
 
 # What an unversioned worker calls its build (see LatticePlugin.configure_worker).
 UNVERSIONED_BUILD_ID = f"agent-lattice-{__version__}"
@@ -214,6 +217,7 @@ class LatticePlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         if self._steps_aside(self, worker.config()):
             return await next(worker)
+        _log_start(worker, self.registry)
         # runs idle for park_after leave the cache while they wait (worker/_park)
         parking = asyncio.create_task(park_idle_runs(worker, self.park_after))
         # a query's reader hears from the worker what each task published (worker/_commits)
@@ -226,6 +230,36 @@ class LatticePlugin(SimplePlugin):
             parking.cancel()
             if undo is not None:
                 undo()
+
+
+def _log_start(worker: Worker, registry: AgentRegistry | None) -> None:
+    """A worker says at INFO where it serves what: server, namespace, task queue, build."""
+    config = worker.config(active_config=True)  # as the plugins made it
+    client, queue = worker.client, config.get("task_queue", "")
+    deployment = config.get("deployment_config")
+    build = deployment.version.build_id if deployment else config.get("build_id")
+    serves = (
+        "team mailboxes"
+        if queue == mailbox_task_queue()
+        else ", ".join(sorted({a.name for a in registry or ()})) or "no agents yet"
+    )
+    target = client.service_client.config.target_host
+    log.info(
+        "worker started: %s on task queue %s at %s (namespace %s), build %s",
+        serves,
+        queue,
+        target,
+        client.namespace,
+        build,
+        extra={
+            "server": target,
+            "namespace": client.namespace,
+            "task_queue": queue,
+            "build_id": build,
+            "deployment": deployment.version.deployment_name if deployment else None,
+            "serves": serves,
+        },
+    )
 
 
 def lattice_worker(

@@ -11,6 +11,7 @@ from temporalio.runtime import Runtime as TemporalRuntime
 
 from .. import _settings
 from .._errors import ConfigurationError
+from ..workflows._metrics import HISTOGRAM_BUCKETS
 
 __all__ = ["flush_tracing", "temporal_runtime", "tracing_interceptor"]
 
@@ -22,6 +23,13 @@ def temporal_runtime(metrics_port: int | None = None) -> TemporalRuntime:
     """One Temporal Core runtime per process that prints only Core's errors, and serves
     Prometheus metrics on ``metrics_port`` (default ``LATTICE_METRICS_PORT``) when set: Core's
     own (polls, task latencies, slots) and agent-lattice's, recorded through the same meter.
+
+    Durations are in seconds, named so (Core's ``temporal_request_latency_seconds``, ...:
+    ``durations_as_seconds`` with ``unit_suffix``, which suffixes histograms only, and only
+    Core's, whose units are set; agent-lattice's give no unit and carry theirs in the name).
+    agent-lattice's histograms get buckets that fit them (``HISTOGRAM_BUCKETS``), and every
+    series the process's service name (``service_name``: ``OTEL_SERVICE_NAME``, as its spans)
+    rather than Core's ``temporal-core-sdk``.
 
     Core's warnings at this level are expected here (an interrupt closes its run before the
     aborted request completes: "activity not found on completion"). Core's logs are not
@@ -44,7 +52,16 @@ def temporal_runtime(metrics_port: int | None = None) -> TemporalRuntime:
     _TEMPORAL_RUNTIME = TemporalRuntime(
         telemetry=TelemetryConfig(
             logging=LoggingConfig(filter=f"{errors},temporalio_client::retry=off"),
-            metrics=PrometheusConfig(bind_address=f"0.0.0.0:{port}") if port else None,
+            metrics=PrometheusConfig(
+                bind_address=f"0.0.0.0:{port}",
+                durations_as_seconds=True,
+                unit_suffix=True,
+                histogram_bucket_overrides=HISTOGRAM_BUCKETS,
+            )
+            if port
+            else None,
+            attach_service_name=False,
+            global_tags={"service_name": _settings.service_name()},
         )
     )
     _METRICS_PORT = port
@@ -89,7 +106,7 @@ def tracing_interceptor() -> Any:
     if isinstance(provider, trace.ProxyTracerProvider):  # none set yet: ours
         resource = Resource.create()
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-            resource = resource.merge(Resource({"service.name": "agent-lattice"}))
+            resource = resource.merge(Resource({"service.name": _settings.DEFAULT_SERVICE_NAME}))
         provider = create_tracer_provider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)

@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 from .._agent import Agent, AgentSpec, check_session_id
 from .._delegation import delegation_targets
 from .._errors import ConfigurationError
+from .._logs import configure_if_asked
 from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
@@ -137,6 +138,8 @@ def create_worker(
     deployment_name: str | None = None,
     build_id: str | None = None,
     park_after: float | None = None,
+    log_level: str | None = None,
+    log_format: str | None = None,
     **options: Any,
 ) -> Worker:
     """A Temporal worker on ``task_queue`` serving ``agents`` (extra options go to ``Worker``);
@@ -144,7 +147,12 @@ def create_worker(
     ``deployment_name`` and ``build_id`` (both or neither): Temporal Worker Versioning, this
     worker being that build of that deployment (see ``worker/_versioning``); ``park_after``
     (default ``LATTICE_PARK_AFTER``, else 10 s; ``math.inf`` never): seconds a run waits
-    idle before it leaves the worker's cache until its next step (``worker/_park``)."""
+    idle before it leaves the worker's cache until its next step (``worker/_park``).
+    ``log_level`` (``debug``, ``info``, ...; default ``LATTICE_LOG_LEVEL``, else info) and
+    ``log_format`` (``text`` or ``json``; default ``LATTICE_LOG_FORMAT``, else text): set up
+    this process's logs on stderr (``_logs``); given neither, nor the variables, the
+    process's logging is left as it is. The worker logs its start at INFO."""
+    configure_if_asked(log_level, log_format)
     plugin = LatticePlugin(list(agents), tool_threads=tool_threads, park_after=park_after)
     options = _versioned(options, deployment_name, build_id)
     return lattice_worker(client, task_queue=task_queue, plugin=plugin, **options)
@@ -158,11 +166,14 @@ def create_workers(
     deployment_name: str | None = None,
     build_id: str | None = None,
     park_after: float | None = None,
+    log_level: str | None = None,
+    log_format: str | None = None,
     **options: Any,
 ) -> list[Worker]:
     """One worker per task queue used by ``agents``, and one for the team mailboxes; all of
     them that build of that deployment when ``deployment_name`` and ``build_id`` are given;
-    ``park_after`` as for :func:`create_worker`."""
+    ``park_after``, ``log_level`` and ``log_format`` as for :func:`create_worker`."""
+    configure_if_asked(log_level, log_format)
     options = _versioned(options, deployment_name, build_id)
     by_queue: dict[str, list[Agent]] = {}
     for agent in delegation_targets(list(agents)):  # delegated-to agents are served too

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         next_step,
     )
     from . import _contract as contract
+    from ._agent_span import agent_span, end_agent_span
     from ._approvals import Approvals
     from ._budget import Budget, budget_of
     from ._delegating import Delegating
@@ -184,6 +185,10 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
 
     @workflow.run
     async def run(self, input: AgentRunInput) -> AgentRunOutput:
+        with agent_span(input) as self._agent_span:  # invoke_agent, where traced (no command)
+            return await self._run(input)
+
+    async def _run(self, input: AgentRunInput) -> AgentRunOutput:
         agent, info = input.agent, workflow.info()
         self._input = input
         if input.continuation is not None:
@@ -220,21 +225,13 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             if input.team_workflow_id is not None:  # a team's lead: the team is its trace root
                 start["team_workflow_id"] = input.team_workflow_id
             try:
-                await self._trace(
-                    [
-                        ("run_start", start),
-                        (
-                            "user_message",
-                            {"content_head": input.head}
-                            if input.prompt_in_head
-                            else {"content": prompt.to_wire()["content"]},
-                        ),
-                    ]
+                said: dict[str, object] = (
+                    {"content_head": input.head}
+                    if input.prompt_in_head
+                    else {"content": prompt.to_wire()["content"]}
                 )
-            except (
-                ActivityError,
-                ApplicationError,
-            ) as err:  # a tracer bound with fail_on_error failed
+                await self._trace([("run_start", start), ("user_message", said)])
+            except (ActivityError, ApplicationError) as err:  # a fail_on_error tracer failed
                 return await self._finish("error_during_execution", error=error_info(err))
         if input.deadline_s is not None:
             self._deadline_timer = asyncio.ensure_future(self._deadline(input.deadline_s))
@@ -582,6 +579,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             cost_by_agent=costs,
         )
         self._publish(message)
+        end_agent_span(self._agent_span, message)
         agent = self._input.agent
         took = workflow.now() - self._started_at
         record_query_outcome(workflow.metric_meter(), agent.name, agent.model, subtype, took)
