@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from . import _contract as contract
     from ._approvals import Approvals
     from ._budget import Budget, budget_of
+    from ._compacting import Compacting
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
     from ._landing import StoreLanding
@@ -62,7 +63,6 @@ with workflow.unsafe.imports_passed_through():
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
-        CompactInput,
         Continuation,
         ModelCallInput,
         ModelCallOutput,
@@ -77,7 +77,9 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Progress, CommitSource):
+class AgentWorkflow(
+    ToolBatch, Delegating, Budget, Approvals, StoreLanding, Progress, CommitSource, Compacting
+):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -418,48 +420,6 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             structured_result=step.structured_result,
             error=step.error,
         )
-
-    async def _compact(self) -> bool:
-        """Replace the older part of the transcript with a model-written summary (a durable
-        step). False when there was nothing safe to summarize or the summary failed."""
-        input, s = self._input, self._input.settings
-        compaction = input.agent.compaction
-        assert compaction is not None
-        try:
-            out = await contract.compact(
-                CompactInput(
-                    agent_key=input.agent.key,
-                    session_id=input.session_id,
-                    head=self._head,
-                    unsent=self._unsent,
-                    keep_recent_messages=compaction.keep_recent_messages,
-                    prompt=compaction.prompt,
-                    timeout_ms=input.request.timeout_ms,
-                ),
-                contract.compaction_preset(s),
-                summary=f"{input.agent.name} · compaction",
-            )
-        except (ActivityError, ApplicationError, CancelledError, asyncio.CancelledError):
-            workflow.logger.warning("compaction failed; the conversation continues uncompacted")
-            return False
-        if out.head is None:
-            return False
-        self._head, self._unsent = out.head, []
-        self._compacted = True
-        if out.usage is not None:
-            self._usage = self._usage + out.usage
-            self._add_cost(out.cost_usd)
-        self._publish(
-            SystemMessage(
-                subtype="compaction",
-                session_id=input.session_id,
-                compacted_messages=out.compacted_messages,
-                usage=out.usage,
-                workflow_id=workflow.info().workflow_id,
-                run_id=workflow.info().run_id,
-            )
-        )
-        return True
 
     async def _request_model(self) -> ModelCallOutput:
         input, s = self._input, self._input.settings
