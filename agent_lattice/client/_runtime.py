@@ -42,6 +42,7 @@ from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._attach import attached_messages
+from ._closed import closed_output, output_of_close
 from ._connection import PemSource, TemporalConnection
 from ._follow import Landed, published
 from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
@@ -526,22 +527,23 @@ class Runtime:
         return await end_orphan(self.client, workflow_id, self.outcome(workflow_id), within)
 
     async def _output(self, workflow_id: str) -> AgentRunOutput | None:
-        try:
-            return await self.client.get_workflow_handle(
-                workflow_id, result_type=AgentRunOutput
-            ).result()
-        except WorkflowFailureError:
-            return None
+        """The run's output, however it closed (see ``_closed``); None: it has none."""
+        return await closed_output(self.client, workflow_id)
 
     async def outcome(self, workflow_id: str) -> ResultMessage:
-        """The result of a run, waiting for it to close; failures become error results,
-        except a worker's refusal of the run's input (unencrypted, or under a key it lacks:
-        the caller's configuration), raised as the error it was."""
+        """The result of a run, waiting for it to close: its own, however Temporal shows
+        its close (Completed, Failed with an error result, Canceled by a cancel request);
+        another failure becomes an error result, except a worker's refusal of the run's input
+        (unencrypted, or under a key it lacks: the caller's configuration), raised as the
+        error it was."""
         handle = self.client.get_workflow_handle(workflow_id, result_type=AgentRunOutput)
         try:
             output = await handle.result()
             return output.result
         except WorkflowFailureError as err:
+            closed = await output_of_close(self.client, workflow_id, err)
+            if closed is not None:
+                return closed.result
             cause = err.cause or err
             refusal = refused_by_worker(cause)
             if refusal is not None:
