@@ -41,12 +41,13 @@ from agent_lattice import (
     TextBlock,
 )
 from agent_lattice.cli import Renderer, app
-from agent_lattice.client._server import DevServer
+from agent_lattice.client._server import DevServer, temporal_binary
 from agent_lattice.testing import (
     FakeAnthropicServer,
     RecordedRequest,
     Reply,
     Script,
+    error,
     slow,
     stream_error,
     text,
@@ -500,6 +501,52 @@ def test_interrupt_command_and_ctrl_c_end_a_hanging_run(
     procs.append(again := Cli.run("interrupt", workflow_id, env=env))
     assert again.finish() == 0, again
     assert again.out == f"{workflow_id} is not running; nothing to interrupt"
+
+
+def test_an_error_result_exits_1_and_its_run_is_failed(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    fake_anthropic.set_handler(Script(error(400, "bad request body")))
+    procs.append(run := Cli.run("run", TARGET, "Fail.", "--json", env=env))
+    assert run.finish() == 1, run
+    result = json_lines(run.out)[-1]
+    assert result["subtype"] == "error_during_execution" and "bad request body" in result["result"]
+    workflow_id = result["workflow_id"]
+
+    procs.append(runs := Cli.run("runs", "--limit", "100", "--json", env=env))
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert runs.finish() == 0, runs
+    (row,) = [r for r in json_lines(runs.out) if r["workflow_id"] == workflow_id]
+    assert (row["status"], row["outcome"]) == ("failed", "error_during_execution")
+    assert attach.finish() == 1, attach
+    assert json_lines(attach.out)[-1] == result
+
+
+def test_a_temporal_cancel_request_interrupts_a_run_which_ends_canceled(
+    env: dict[str, str], procs: list[Cli], lattice_server: str
+) -> None:
+    """The UI's "Request Cancellation" (here `temporal workflow cancel`) is the interrupt: the
+    `lattice run` following it prints the interrupted result, and the run ends Canceled."""
+    procs.append(hanging := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
+    workflow_id = hanging.wait_for(r"workflow (\S+)")[1]
+    argv = ["workflow", "cancel", "--workflow-id", workflow_id, "--address", lattice_server]
+    cancel = subprocess.run(
+        [temporal_binary(), *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert cancel.returncode == 0, cancel.stderr
+    assert hanging.finish() == 0, hanging
+    assert hanging.stdout[-1].startswith("■ interrupted · 1 turn"), hanging
+
+    procs.append(runs := Cli.run("runs", "--limit", "100", "--json", env=env))
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert runs.finish() == 0, runs
+    (row,) = [r for r in json_lines(runs.out) if r["workflow_id"] == workflow_id]
+    assert (row["status"], row["outcome"]) == ("canceled", "interrupted")
+    assert attach.finish() == 0, attach
+    assert json_lines(attach.out)[-1]["subtype"] == "interrupted"
 
 
 def test_retried_model_request_restarts_its_text(
