@@ -513,13 +513,9 @@ def test_an_error_result_exits_1_and_its_run_is_failed(
     assert result["subtype"] == "error_during_execution" and "bad request body" in result["result"]
     workflow_id = result["workflow_id"]
 
-    procs.append(runs := Cli.run("runs", "--limit", "100", "--json", env=env))
-    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
-    assert runs.finish() == 0, runs
-    (row,) = [r for r in json_lines(runs.out) if r["workflow_id"] == workflow_id]
+    row, code, attached = _listed_and_attached(workflow_id, env, procs)
     assert (row["status"], row["outcome"]) == ("failed", "error_during_execution")
-    assert attach.finish() == 1, attach
-    assert json_lines(attach.out)[-1] == result
+    assert code == 1 and attached[-1] == result
 
 
 def test_a_temporal_cancel_request_interrupts_a_run_which_ends_canceled(
@@ -540,13 +536,22 @@ def test_a_temporal_cancel_request_interrupts_a_run_which_ends_canceled(
     assert hanging.finish() == 0, hanging
     assert hanging.stdout[-1].startswith("■ interrupted · 1 turn"), hanging
 
+    row, code, attached = _listed_and_attached(workflow_id, env, procs)
+    assert (row["status"], row["outcome"]) == ("canceled", "interrupted")
+    assert code == 0 and attached[-1]["subtype"] == "interrupted"
+
+
+def _listed_and_attached(
+    workflow_id: str, env: dict[str, str], procs: list[Cli]
+) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+    """A closed run as `lattice runs --json` lists it, and `lattice attach --json`'s exit code
+    and messages."""
     procs.append(runs := Cli.run("runs", "--limit", "100", "--json", env=env))
     procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
     assert runs.finish() == 0, runs
     (row,) = [r for r in json_lines(runs.out) if r["workflow_id"] == workflow_id]
-    assert (row["status"], row["outcome"]) == ("canceled", "interrupted")
-    assert attach.finish() == 0, attach
-    assert json_lines(attach.out)[-1]["subtype"] == "interrupted"
+    code = attach.finish()
+    return row, code, json_lines(attach.out)
 
 
 def test_retried_model_request_restarts_its_text(
