@@ -53,6 +53,7 @@ from agent_lattice.testing import (
     Reply,
     Script,
     assert_eventually,
+    error,
     slow,
     stream_error,
     text,
@@ -746,6 +747,57 @@ def test_a_versioned_worker_without_a_current_version_is_the_hint_s_cause(
     assert run.stdout[-1].startswith("✓ success · 2 turns"), run
     worker.signal(signal.SIGTERM)
     assert worker.finish() == 0, worker
+
+
+def test_an_error_result_exits_1_and_its_run_is_failed(
+    env: dict[str, str], procs: list[Cli], fake_anthropic: FakeAnthropicServer
+) -> None:
+    fake_anthropic.set_handler(Script(error(400, "bad request body")))
+    procs.append(run := Cli.run("run", TARGET, "Fail.", "--json", env=env))
+    assert run.finish() == 1, run
+    result = json_lines(run.out)[-1]
+    assert result["subtype"] == "error_during_execution" and "bad request body" in result["result"]
+    workflow_id = result["workflow_id"]
+
+    row, code, attached = _listed_and_attached(workflow_id, env, procs)
+    assert (row["status"], row["outcome"]) == ("failed", "error_during_execution")
+    assert code == 1 and attached[-1] == result
+
+
+def test_a_temporal_cancel_request_interrupts_a_run_which_ends_canceled(
+    env: dict[str, str], procs: list[Cli], lattice_server: str
+) -> None:
+    """The UI's "Request Cancellation" (here `temporal workflow cancel`) is the interrupt: the
+    `lattice run` following it prints the interrupted result, and the run ends Canceled."""
+    procs.append(hanging := Cli.run("run", TARGET, WAIT_PROMPT, env=env))
+    workflow_id = hanging.wait_for(r"workflow (\S+)")[1]
+    argv = ["workflow", "cancel", "--workflow-id", workflow_id, "--address", lattice_server]
+    cancel = subprocess.run(
+        [temporal_binary(), *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert cancel.returncode == 0, cancel.stderr
+    assert hanging.finish() == 0, hanging
+    assert hanging.stdout[-1].startswith("■ interrupted · 1 turn"), hanging
+
+    row, code, attached = _listed_and_attached(workflow_id, env, procs)
+    assert (row["status"], row["outcome"]) == ("canceled", "interrupted")
+    assert code == 0 and attached[-1]["subtype"] == "interrupted"
+
+
+def _listed_and_attached(
+    workflow_id: str, env: dict[str, str], procs: list[Cli]
+) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+    """A closed run as `lattice runs --json` lists it, and `lattice attach --json`'s exit code
+    and messages."""
+    procs.append(runs := Cli.run("runs", "--limit", "100", "--json", env=env))
+    procs.append(attach := Cli.run("attach", workflow_id, "--json", env=env))
+    assert runs.finish() == 0, runs
+    (row,) = [r for r in json_lines(runs.out) if r["workflow_id"] == workflow_id]
+    code = attach.finish()
+    return row, code, json_lines(attach.out)
 
 
 def test_retried_model_request_restarts_its_text(

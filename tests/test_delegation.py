@@ -7,6 +7,8 @@ import json
 
 import pytest
 from pydantic import BaseModel
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from agent_lattice import (
     OptionError,
@@ -30,6 +32,7 @@ from agent_lattice.testing import (
     tool_use,
     tool_use_block,
 )
+from agent_lattice.workflows._outcomes import output_of_failure
 
 from conftest import API_KEY, Expr, HostMember, by_agent, child_ids, make_calculator
 
@@ -347,8 +350,15 @@ async def test_three_levels_and_abort_reaches_the_grandchild(make_agent, fake_an
     aborted = await asyncio.wait_for(agent.prompt("again", timeout=2), 40)
     assert aborted.subtype == "error_abort"
     (explorer_id,) = await child_ids(client, aborted.workflow_id)
-    child = await client.get_workflow_handle(explorer_id).result()
-    assert child["result"]["subtype"] == "error_abort"
+    # an error result fails the child's workflow too, its output in the failure's details
+    child = client.get_workflow_handle(explorer_id)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await child.result()
+    assert (await child.describe()).status == WorkflowExecutionStatus.FAILED
+    assert isinstance(failed.value.cause, ApplicationError)
+    assert failed.value.cause.type == "error_abort" and failed.value.cause.non_retryable
+    output = output_of_failure(failed.value.cause)
+    assert output is not None and output.result.subtype == "error_abort"
 
 
 async def test_hooks_are_not_inherited_and_interrupt_reaches_the_child(make_agent, fake_anthropic):

@@ -152,7 +152,8 @@ async def test_a_run_past_its_budget_is_found_by_its_outcome(
     assert found.returncode == 0, found.stderr
     rows = [json.loads(line) for line in found.stdout.splitlines()]
     (row,) = [r for r in rows if r["workflow_id"] == result.workflow_id]
-    assert row["outcome"] == "error_max_budget" and row["status"] == "completed"
+    # an error result fails its workflow: Temporal's status says so too
+    assert row["outcome"] == "error_max_budget" and row["status"] == "failed"
     assert (row["agent"], row["session"], row["model"]) == (
         "boss",
         boss.session_id,

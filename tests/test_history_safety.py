@@ -206,3 +206,7 @@ def test_histories_are_committed():
     assert {"child_landing", "child_store_failed"} <= names
     assert "indexed_run" in names  # search attributes upserted, a budget spent
     assert "indexed_every" in names  # tokens upserted at a turn index_every_s after the last
+    # an error result ends the run Failed; a cancel request interrupts a run, its delegate,
+    # a team (tests/test_outcomes.py)
+    assert {"failed_run", "canceled_run", "canceled_parent", "canceled_child"} <= names
+    assert {"canceled_team", "canceled_team_lead"} <= names

@@ -15,12 +15,18 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import ConfigurationError
 from .._messages import ResultSubtype
+from ..client._closed import output_of_close
 from ..client._connection import TemporalConnection
 from ..client._orphans import owner_of
 from ..client._orphans import queue_served as has_live_worker
@@ -241,8 +247,14 @@ async def _row(client: Client, execution: WorkflowExecution) -> dict[str, Any]:
     try:
         row["prompt"] = (await execution.memo()).get(PROMPT_MEMO)
         row["summary"] = await (await handle.describe()).static_summary()
-        if row["outcome"] is None and status == "completed":
-            result = (await handle.result(follow_runs=False)).result
+        if row["outcome"] is None and status in _ENDED:
+            try:
+                output = await handle.result(follow_runs=False)
+            except WorkflowFailureError as err:  # Failed with an error result, or Canceled
+                output = await output_of_close(client, execution.id, err, execution.run_id)
+            if output is None:
+                return row
+            result = output.result
             usage = result.usage
             row["outcome"], row["cost_usd"] = result.subtype, result.total_cost_usd
             row["input_tokens"] = usage.total_input_tokens
@@ -254,7 +266,15 @@ async def _row(client: Client, execution: WorkflowExecution) -> dict[str, Any]:
     return row
 
 
-_STATUS_STYLE = {"running": "yellow", "completed": "green", "continued_as_new": "cyan"}
+# a run's status says its outcome: an error result fails the workflow, a cancel request
+# interrupts it (see workflows/_outcomes); a run that ended so has its output
+_ENDED = ("completed", "failed", "canceled")
+_STATUS_STYLE = {
+    "running": "yellow",
+    "completed": "green",
+    "continued_as_new": "cyan",
+    "canceled": "yellow",
+}
 
 
 def _print_table(rows: list[dict[str, Any]], title: str) -> None:

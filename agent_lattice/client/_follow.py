@@ -9,7 +9,8 @@ with the stream's poll *query*: no history, no workflow task on the server's sid
 workflow task that follows within ``COALESCE_S`` is read with the same query. The
 stream stays the source of truth (offsets, order, continue-as-new); the messages published
 by the workflow task that closes the run (its last reply and result) come with its output
-(``AgentRunOutput.tail``), read from the same history long poll. A reader that finds the run
+(``AgentRunOutput.tail``), read from the same history long poll (a Failed run's output is in
+its failure's details, a Canceled one's in its memo: see ``_closed``). A reader that finds the run
 closed with an earlier task's messages unread reads them from the closed run's stream (the
 same query, which a worker answers by replaying the run).
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle, WorkflowHistoryEventFilterType
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.converter import PayloadConverter
@@ -42,6 +44,7 @@ from temporalio.service import RPCError
 from .._errors import LatticeError
 from .._streaming import Committed
 from ..workflows._types import AgentRunOutput
+from ._closed import canceled_output, failed_output
 
 __all__ = ["CLOSED_EVENTS", "Landed", "Truncated", "published"]
 
@@ -86,6 +89,8 @@ _IN_TASK = {  # a page ending here is about to be followed by the task's complet
 }
 _CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 _COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+_FAILED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+_CANCELED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
 CLOSED_EVENTS = {  # however a run ends
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
@@ -174,6 +179,8 @@ class _Watch:
         self.closed = False
         self.continued = False
         self.result: Payloads | None = None  # a completed run's result
+        self.failure: Failure | None = None  # a failed run's failure (an error result's output)
+        self.canceled = False  # the run ended Canceled (its output is in its memo)
         self.error: BaseException | None = None
         self.tasks = 0  # completed workflow tasks seen
         self._read = 0  # ... when the stream was last read (what that read covers)
@@ -197,6 +204,10 @@ class _Watch:
                     self.closed = True
                     if event.event_type == _COMPLETED:
                         self.result = event.workflow_execution_completed_event_attributes.result
+                    elif event.event_type == _FAILED:
+                        self.failure = event.workflow_execution_failed_event_attributes.failure
+                    elif event.event_type == _CANCELED:
+                        self.canceled = True
                 page = events.current_page
                 if (  # the last of its page, inside a task (the run's first: read at once)
                     self.tasks
@@ -340,9 +351,9 @@ async def published(
         for item in reader.take():  # noticed before the close was read
             yield item
         watch = reader.watch
-        if watch.result is not None:
+        output = await _closing_output(client, handle, watch)
+        if output is not None:
             # what the closing workflow task published travels in the run's output
-            (output,) = await client.data_converter.decode(watch.result.payloads, [AgentRunOutput])
             reader.landed.read_output(output)
             if reader.offset < output.tail_from:
                 # the run closed before the reader read an earlier task's messages
@@ -355,6 +366,21 @@ async def published(
                 yield item
         if not watch.continued:
             return
+
+
+async def _closing_output(
+    client: Client, handle: WorkflowHandle[Any, Any], watch: _Watch
+) -> AgentRunOutput | None:
+    """The output the run's close carries: a Completed run's result, a Failed one's error
+    result (in the failure's details), a Canceled one's (in its memo); see ``_closed``."""
+    if watch.result is not None:
+        (output,) = await client.data_converter.decode(watch.result.payloads, [AgentRunOutput])
+        return output
+    if watch.failure is not None:
+        return await failed_output(client, watch.failure)
+    if watch.canceled:
+        return await canceled_output(client, handle.id, handle.run_id)
+    return None
 
 
 class _Reader:

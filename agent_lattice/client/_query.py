@@ -39,6 +39,7 @@ from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
 from ..workflows._visibility import PROMPT_MEMO, prompt_line, start_attributes
 from ._approvals import decide, find_approval
+from ._closed import output_of_close
 from ._default import get_default_runtime
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
@@ -214,6 +215,7 @@ class QueryRun:
             max_budget_usd=self.max_budget_usd,
             search_attributes=await runtime.search_attributes_ready(),
             index_every_s=runtime.settings.index_every_s,
+            temporal_outcomes=True,  # Failed for an error result, Canceled by a cancel request
         )
         memo = {PROMPT_MEMO: prompt_line(self.prompt)}
         if self.tracer is not None:
@@ -323,8 +325,12 @@ class QueryRun:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._abandon(runtime, new_messages))
                 raise
-            except WorkflowFailureError:
-                return await runtime.outcome(self.workflow_id)
+            except WorkflowFailureError as err:
+                # Failed with an error result, or Canceled: its output all the same
+                closed = await output_of_close(runtime.client, self._handle.id, err)
+                if closed is None:
+                    return await runtime.outcome(self.workflow_id)
+                output = closed
             if follower is not None:  # its last messages (settle() writes any it missed)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(follower), FOLLOW_GRACE_S)
@@ -499,8 +505,13 @@ class QueryRun:
             raise self.mirror.error
 
     async def _output(self) -> AgentRunOutput | None:
+        """The run's output (a team query's: its TeamWorkflow's), however it closed."""
         try:
             return await self._handle.result()
+        except WorkflowFailureError as err:
+            with contextlib.suppress(Exception):
+                return await output_of_close(self._client, self._handle.id, err)
+            return None
         except Exception:
             return None
 

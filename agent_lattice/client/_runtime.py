@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
@@ -24,19 +24,16 @@ from .._delegation import delegation_targets
 from .._keys import keys_of
 from .._logs import configure_if_asked
 from .._messages import (
-    AssistantMessage,
-    ErrorInfo,
     ModelMessage,
     ResultMessage,
     SDKMessage,
-    SystemMessage,
     UserMessage,
 )
 from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
-from ..worker._encryption import EncryptionCodec, EncryptionKeysLike, refused_by_worker
+from ..worker._encryption import EncryptionCodec, EncryptionKeysLike
 from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ..worker._registry import AgentRegistry
 from ..worker._telemetry import flush_tracing, temporal_runtime
@@ -44,6 +41,7 @@ from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
 from ..workflows._types import ActivitySettings, AgentRunInput, AgentRunOutput
 from ._attach import attached_messages
+from ._closed import closed_output, closed_result, recorded_messages
 from ._connection import PemSource, TemporalConnection
 from ._follow import Landed, published
 from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
@@ -396,42 +394,7 @@ class Runtime:
 
     async def _recorded_messages(self, workflow_id: str) -> list[SDKMessage]:
         """The durable messages of a closed run, rebuilt from its input and output."""
-        handle = self.client.get_workflow_handle(workflow_id)
-        history = await handle.fetch_history()
-        started = history.events[0].workflow_execution_started_event_attributes
-        (run_input,) = await self.client.data_converter.decode(
-            started.input.payloads, [AgentRunInput]
-        )
-        result = await self.outcome(workflow_id)
-        if not result.session_id:  # a failed or terminated run has no result of its own
-            result = result.model_copy(
-                update={"session_id": run_input.session_id, "workflow_id": workflow_id}
-            )
-        run_id = result.run_id or started.original_execution_run_id
-        messages: list[SDKMessage] = [
-            SystemMessage(
-                subtype="init",
-                session_id=run_input.session_id,
-                model=run_input.agent.model,
-                tools=run_input.agent.tools,
-                agent=run_input.agent.name,
-                workflow_id=workflow_id,
-                run_id=run_id,
-            )
-        ]
-        output = await self._output(workflow_id)
-        added = (await self.run_transcript(output, run_input))[1] if output else []
-        turn = 0
-        for message in added[1:]:
-            if message.role == "assistant":
-                turn += 1
-                messages.append(
-                    AssistantMessage(message=message, session_id=run_input.session_id, turn=turn)
-                )
-            else:
-                messages.append(UserMessage(message=message, session_id=run_input.session_id))
-        messages.append(result)
-        return messages
+        return await recorded_messages(self.client, self.transcripts, workflow_id)
 
     @property
     def transcripts(self) -> TranscriptStore:
@@ -535,33 +498,12 @@ class Runtime:
         return await end_orphan(self.client, workflow_id, self.outcome(workflow_id), within)
 
     async def _output(self, workflow_id: str) -> AgentRunOutput | None:
-        try:
-            return await self.client.get_workflow_handle(
-                workflow_id, result_type=AgentRunOutput
-            ).result()
-        except WorkflowFailureError:
-            return None
+        """The run's output, however it closed (see ``_closed``); None: it has none."""
+        return await closed_output(self.client, workflow_id)
 
     async def outcome(self, workflow_id: str) -> ResultMessage:
-        """The result of a run, waiting for it to close; failures become error results,
-        except a worker's refusal of the run's input (unencrypted, or under a key it lacks:
-        the caller's configuration), raised as the error it was."""
-        handle = self.client.get_workflow_handle(workflow_id, result_type=AgentRunOutput)
-        try:
-            output = await handle.result()
-            return output.result
-        except WorkflowFailureError as err:
-            cause = err.cause or err
-            refusal = refused_by_worker(cause)
-            if refusal is not None:
-                raise refusal from None
-            return ResultMessage(
-                subtype="error_during_execution",
-                result=str(cause),
-                is_error=True,
-                session_id="",
-                error=ErrorInfo(type=type(cause).__name__, message=str(cause)),
-            )
+        """The result of a run, waiting for it to close (see ``_closed.closed_result``)."""
+        return await closed_result(self.client, workflow_id)
 
     async def interrupt(self, workflow_id: str) -> bool:
         """Interrupt a running query by workflow id; False when it is not running."""

@@ -52,18 +52,19 @@ with workflow.unsafe.imports_passed_through():
     from ._agent_span import agent_span, end_agent_span
     from ._approvals import Approvals
     from ._budget import Budget, budget_of
+    from ._compacting import Compacting
     from ._delegating import Delegating
     from ._failures import error_info, gave_up
     from ._landing import StoreLanding
     from ._mail_types import MailNotice
     from ._metrics import record_query_outcome
     from ._notices import MESSAGES_TOPIC, CommitSource
+    from ._outcomes import Outcomes, wait_condition
     from ._progress import Progress
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
-        CompactInput,
         Continuation,
         ModelCallInput,
         ModelCallOutput,
@@ -78,7 +79,17 @@ STREAM_KEPT_ON_CONTINUE = 200
 
 
 @workflow.defn(name="AgentWorkflow")
-class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Progress, CommitSource):
+class AgentWorkflow(
+    ToolBatch,
+    Delegating,
+    Budget,
+    Approvals,
+    StoreLanding,
+    Progress,
+    CommitSource,
+    Outcomes,
+    Compacting,
+):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
         self._input = input  # signals may come before run() starts
@@ -88,6 +99,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         self._interrupted = False
         self._aborted = input.aborted  # as if "abort" came with the start (a child has none)
         self._model_call: asyncio.Task[ModelCallOutput] | None = None
+        self._model_call_cancelled = False  # an interrupt or abort cancelled the request
         self._tool_calls: set[asyncio.Task[ToolCallOutput]] = set()
         agent = input.agent
         self._state = LoopState(
@@ -107,6 +119,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         self._task_items: list[object] = []
         self._trace_seq = carried.trace_seq if carried else 0
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
+        self._cancelled_children: set[str] = set()
         self._pending_signals: list[asyncio.Task[None]] = []
         self._usage_by_agent: dict[str, Usage] = dict(carried.usage_by_agent) if carried else {}
         self._cost_usd = carried.cost_usd if carried else 0.0
@@ -120,6 +133,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         self._mail_waiting = False  # mail arrived in this (lead's) team mailbox
         self._init_approvals()
         self._init_progress()
+        self._init_outcomes()
         landing = carried.landing if carried else input.landing
         self._landing = landing.model_copy() if landing else None
 
@@ -129,8 +143,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         tool batch it takes effect once the batch completes."""
         first = not self._interrupted
         self._interrupted = True
-        if self._model_call is not None and not self._model_call.done():
-            self._model_call.cancel()
+        self._cancel_model_call()
         self._signal_children("interrupt")
         if first:
             self._signal_team("interrupt")
@@ -141,8 +154,9 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         the in-flight model request and running tool calls are cancelled."""
         first = not self._aborted
         self._aborted = True
-        for task in [self._model_call, *self._tool_calls]:
-            if task is not None and not task.done():
+        self._cancel_model_call()
+        for task in self._tool_calls:
+            if not task.done():
                 task.cancel()
         self._signal_children("abort")  # a child ends with error_abort, then its call returns
         if first:
@@ -171,6 +185,16 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         """Mail arrived in this lead's team mailbox: it joins the next tool results."""
         self._mail_waiting = True
 
+    def _cancel_model_call(self) -> None:
+        if self._model_call is not None and not self._model_call.done():
+            self._model_call_cancelled = True
+            self._model_call.cancel()
+
+    def _on_cancel(self) -> None:
+        """A Temporal cancel request is the interrupt; the runs this one started get cancel
+        requests of their own (``_signal_children``)."""
+        self.interrupt()
+
     async def _deadline(self, seconds: float) -> None:
         await workflow.sleep(seconds)
         self.abort()
@@ -186,6 +210,8 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
     @workflow.run
     async def run(self, input: AgentRunInput) -> AgentRunOutput:
         with agent_span(input) as self._agent_span:  # invoke_agent, where traced (no command)
+            if input.temporal_outcomes:  # Temporal shows the outcome (see _outcomes)
+                return await self._to_outcome(self._run(input))
             return await self._run(input)
 
     async def _run(self, input: AgentRunInput) -> AgentRunOutput:
@@ -328,8 +354,11 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             return ModelFailed(
                 gave_up(err, self._input.settings.model_give_up_s) or error_info(err)
             )
-        self._reply = output
         self._add_cost(output.cost_usd)  # paid for, even if the reply is dropped later
+        if self._model_call_cancelled and self._input.temporal_outcomes:
+            # it answered before its worker heard of the cancel: dropped, as it would be
+            return ModelFailed(error_info(CancelledError("the model request was cancelled")))
+        self._reply = output
         return ModelReplied(output.message, output.batch_rejection)
 
     def _take_reply(self) -> ModelCallOutput | None:
@@ -416,50 +445,9 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
             error=step.error,
         )
 
-    async def _compact(self) -> bool:
-        """Replace the older part of the transcript with a model-written summary (a durable
-        step). False when there was nothing safe to summarize or the summary failed."""
-        input, s = self._input, self._input.settings
-        compaction = input.agent.compaction
-        assert compaction is not None
-        try:
-            out = await contract.compact(
-                CompactInput(
-                    agent_key=input.agent.key,
-                    session_id=input.session_id,
-                    head=self._head,
-                    unsent=self._unsent,
-                    keep_recent_messages=compaction.keep_recent_messages,
-                    prompt=compaction.prompt,
-                    timeout_ms=input.request.timeout_ms,
-                ),
-                contract.compaction_preset(s),
-                summary=f"{input.agent.name} · compaction",
-            )
-        except (ActivityError, ApplicationError, CancelledError, asyncio.CancelledError):
-            workflow.logger.warning("compaction failed; the conversation continues uncompacted")
-            return False
-        if out.head is None:
-            return False
-        self._head, self._unsent = out.head, []
-        self._compacted = True
-        if out.usage is not None:
-            self._usage = self._usage + out.usage
-            self._add_cost(out.cost_usd)
-        self._publish(
-            SystemMessage(
-                subtype="compaction",
-                session_id=input.session_id,
-                compacted_messages=out.compacted_messages,
-                usage=out.usage,
-                workflow_id=workflow.info().workflow_id,
-                run_id=workflow.info().run_id,
-            )
-        )
-        return True
-
     async def _request_model(self) -> ModelCallOutput:
         input, s = self._input, self._input.settings
+        self._model_call_cancelled = False
         self._model_call = asyncio.ensure_future(
             contract.request_model(
                 ModelCallInput(
@@ -478,7 +466,9 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
                     unreachable_give_up_s=s.model_unreachable_give_up_s,
                     retry_initial_s=s.retry_initial_s,
                 ),
-                contract.model_preset(s, input.request.timeout_ms),
+                contract.model_preset(
+                    s, input.request.timeout_ms, wait_cancelled=input.temporal_outcomes
+                ),
                 summary=f"{input.agent.name} · {input.agent.model} · turn {self._turns}",
             )
         )
@@ -585,7 +575,7 @@ class AgentWorkflow(ToolBatch, Delegating, Budget, Approvals, StoreLanding, Prog
         record_query_outcome(workflow.metric_meter(), agent.name, agent.model, subtype, took)
         # Let subscribers collect the last messages before the run closes.
         self._stream.detach_pollers()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await wait_condition(workflow.all_handlers_finished, shielded=self._input.temporal_outcomes)
         return AgentRunOutput(
             result=message,
             head=self._head,

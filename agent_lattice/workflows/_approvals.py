@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from ._children import signal_quietly
     from ._contract import FailureType
+    from ._outcomes import wait_condition
     from ._types import AgentRunInput, ToolCallInput, ToolCallOutput
 
 __all__ = ["Approvals"]
@@ -145,10 +146,11 @@ class Approvals:
         self._announce(request)
         limit = input.approval_timeout_s or input.agent.approval_timeout_s
         try:
-            await workflow.wait_condition(
+            await wait_condition(
                 lambda: approval_id in self._decisions or self._interrupted or self._aborted,
                 timeout=timedelta(seconds=limit) if limit else None,
                 timeout_summary=f"approval of {use.name} times out",
+                shielded=input.temporal_outcomes,
             )
         except TimeoutError:
             pass

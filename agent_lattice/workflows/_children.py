@@ -39,6 +39,7 @@ async def start_child(
             "search_attributes": parent.search_attributes,
             "index_every_s": parent.index_every_s,
             "banks": banks,
+            "temporal_outcomes": parent.temporal_outcomes,
         }
     )
     team = child.team if isinstance(child, TeamChild) else None

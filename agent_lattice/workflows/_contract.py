@@ -180,8 +180,12 @@ def _model_retries(s: ActivitySettings, *final: FailureType) -> RetryPolicy:
     )
 
 
-def model_preset(s: ActivitySettings, timeout_ms: int | None) -> Preset:
-    """A model request: given up ``model_give_up_s`` after it was first scheduled."""
+def model_preset(
+    s: ActivitySettings, timeout_ms: int | None, *, wait_cancelled: bool = False
+) -> Preset:
+    """A model request: given up ``model_give_up_s`` after it was first scheduled. With
+    ``wait_cancelled`` a cancelled request (an interrupt, an abort) is waited for until its
+    worker stopped it, so a closed run leaves no pending activity behind."""
     return Preset(
         start_to_close=timedelta(
             seconds=s.model_timeout_s
@@ -192,6 +196,9 @@ def model_preset(s: ActivitySettings, timeout_ms: int | None) -> Preset:
         heartbeat=timedelta(seconds=s.model_heartbeat_s),
         schedule_to_close=timedelta(seconds=s.model_give_up_s),
         retry=_model_retries(s, FailureType.HOOK_ERROR),
+        cancellation=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        if wait_cancelled
+        else ActivityCancellationType.TRY_CANCEL,
     )
 
 

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from ._contract import HOST_FAILURES
     from ._failures import error_info
     from ._mail_types import LeadMail
+    from ._outcomes import wait_condition
     from ._types import (
         AgentRunInput,
         AgentRunOutput,
@@ -44,7 +45,9 @@ class Delegating:
     _input: AgentRunInput
     _aborted: bool
     _interrupted: bool
+    _cancel_requested: bool  # from Outcomes
     _children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]]
+    _cancelled_children: set[str]  # the children asked to cancel (by workflow id)
     _pending_signals: list[asyncio.Task[None]]
     _usage: Usage
     _usage_by_agent: dict[str, Usage]
@@ -60,6 +63,7 @@ class Delegating:
     _decided: Callable[
         [DelegateCallInput, ApprovalAsk], Awaitable[DelegateCallInput | ToolCallOutput]
     ]
+    _ended_child: Callable[[ChildWorkflowError, str], AgentRunOutput | None]  # from Outcomes
 
     async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
         """An agent tool call: the child agent's query runs as a child workflow of this one.
@@ -92,8 +96,12 @@ class Delegating:
                 if self._aborted or self._interrupted:  # the signal came while it started
                     self._signal_children("abort" if self._aborted else "interrupt")
                 output = await handle
-            except (ChildWorkflowError, WorkflowAlreadyStartedError) as err:
-                error = str(err.cause or err) if isinstance(err, ChildWorkflowError) else str(err)
+            except ChildWorkflowError as err:
+                # a child that ended Failed with an error result, or Canceled, has its output
+                output = self._ended_child(err, prepared.workflow_id)
+                error = None if output is not None else str(err.cause or err)
+            except WorkflowAlreadyStartedError as err:
+                error = str(err)
             finally:
                 self._children.pop(use.id, None)
             if output is not None:
@@ -129,8 +137,9 @@ class Delegating:
 
     async def _collect_reports(self, handed: list[str]) -> TextBlock:
         """The team's reports on this batch's handoffs, in handoff order, as one text block."""
-        await workflow.wait_condition(
-            lambda: all(i in self._reports for i in handed) or self._aborted
+        await wait_condition(
+            lambda: all(i in self._reports for i in handed) or self._aborted,
+            shielded=self._input.temporal_outcomes,
         )
         reports = [
             self._reports.pop(i)
@@ -193,8 +202,15 @@ class Delegating:
             self._pending_signals.append(asyncio.ensure_future(signal_quietly(team, name)))
 
     def _signal_children(self, name: str) -> None:
+        """Pass a signal on to the running children; the interrupt that a Temporal cancel
+        request made goes on as their own cancel requests (each ends interrupted, Canceled)."""
         for handle in list(self._children.values()):
-            self._pending_signals.append(asyncio.ensure_future(signal_quietly(handle, name)))
+            if name == "interrupt" and self._cancel_requested:
+                if handle.id not in self._cancelled_children:  # one request each
+                    self._cancelled_children.add(handle.id)
+                    handle.cancel()
+            else:
+                self._pending_signals.append(asyncio.ensure_future(signal_quietly(handle, name)))
 
     def _add_child_usage(self, result: ResultMessage) -> None:
         """A child's usage is the parent's too; each agent's own share is kept apart."""

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from ._approval_types import ForwardedApproval
     from ._children import signal_quietly, start_child, start_query
     from ._mail_types import MailClaim, MailClaimed, MailNotice, MailSettled
+    from ._outcomes import Outcomes, wait_condition
     from ._types import (
         AdapterFinished,
         AdapterWork,
@@ -48,10 +49,13 @@ with workflow.unsafe.imports_passed_through():
 # Runs recorded before this change ended as soon as the lead did (left work stayed open).
 SETTLE_LEFT_WORK = "team-settle-left-work"
 SETTLE_TIMEOUT_S = 120.0
+# how a team run stops its work, the weakest first: a Temporal cancel request is an interrupt
+# passed on as the runs' own cancel requests
+_STOPS = ("interrupt", "cancel", "abort")
 
 
 @workflow.defn(name="TeamWorkflow")
-class TeamWorkflow:
+class TeamWorkflow(Outcomes):
     @workflow.init
     def __init__(self, input: TeamRunInput) -> None:
         self._input = input
@@ -64,9 +68,10 @@ class TeamWorkflow:
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._adapters: dict[str, workflow.ActivityHandle[ResultMessage]] = {}  # host AgentLike
         self._lead: workflow.ChildWorkflowHandle[Any, AgentRunOutput] | None = None
-        self._stopping: str | None = None  # "interrupt" or "abort" once asked
+        self._stopping: str | None = None  # one of _STOPS once asked
         self._last_send: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
+        self._init_outcomes()
 
     @workflow.signal
     def handoff(self, handoff: Handoff) -> None:
@@ -125,6 +130,16 @@ class TeamWorkflow:
 
     @workflow.run
     async def run(self, input: TeamRunInput) -> AgentRunOutput:
+        if input.lead.temporal_outcomes:  # Temporal shows the outcome (see _outcomes)
+            return await self._to_outcome(self._run(input))
+        return await self._run(input)
+
+    def _on_cancel(self) -> None:
+        """A Temporal cancel request: the lead's query and the running work get cancel
+        requests of their own (each ends interrupted), queued work ends cancelled."""
+        self._stop("cancel")
+
+    async def _run(self, input: TeamRunInput) -> AgentRunOutput:
         info = workflow.info()
         # a team aborted before its lead started (a signal set already) starts it aborted:
         # told after its start, the lead could finish its first request and succeed
@@ -144,6 +159,12 @@ class TeamWorkflow:
         runner = asyncio.ensure_future(self._run_work())
         try:
             return await self._lead
+        except ChildWorkflowError as err:
+            # a lead that ended Failed with an error result, or Canceled, has its output
+            output = self._ended_child(err, input.lead_workflow_id)
+            if output is None:
+                raise
+            return output
         finally:
             if (self._queue or self._working) and workflow.patched(SETTLE_LEFT_WORK):
                 await self._settle_left_work()
@@ -156,9 +177,10 @@ class TeamWorkflow:
         if self._stopping is None:
             self._stop("abort")
         try:
-            await workflow.wait_condition(
+            await wait_condition(
                 lambda: not self._queue and not self._working,
                 timeout=timedelta(seconds=SETTLE_TIMEOUT_S),
+                shielded=self._input.lead.temporal_outcomes,
             )
         except TimeoutError:
             workflow.logger.warning(
@@ -168,7 +190,7 @@ class TeamWorkflow:
             )
 
     def _stop(self, how: str) -> None:
-        if self._stopping == "abort" or self._stopping == how:
+        if self._stopping is not None and _STOPS.index(self._stopping) >= _STOPS.index(how):
             return  # already stopping (the lead echoes what it was told)
         self._stopping = how
         if self._lead is not None:
@@ -181,6 +203,9 @@ class TeamWorkflow:
     def _forward(
         self, handle: workflow.ChildWorkflowHandle[Any, AgentRunOutput], name: str
     ) -> None:
+        if name == "cancel":  # the run's own cancel request (see _outcomes)
+            handle.cancel()
+            return
         self._tasks.add(asyncio.ensure_future(signal_quietly(handle, name)))
 
     def _announce(self, box: str) -> None:
@@ -204,7 +229,10 @@ class TeamWorkflow:
 
     async def _run_work(self) -> None:
         while True:
-            await workflow.wait_condition(lambda: self._startable() is not None)
+            await wait_condition(
+                lambda: self._startable() is not None,
+                shielded=self._input.lead.temporal_outcomes,
+            )
             work = self._startable()
             assert work is not None
             if isinstance(work, Handoff):
@@ -287,7 +315,12 @@ class TeamWorkflow:
                 if self._stopping is not None:
                     self._forward(handle, self._stopping)
                 output = await handle
-        except (ChildWorkflowError, ActivityError, ApplicationError) as err:
+        except ChildWorkflowError as err:
+            # a member that ended Failed with an error result, or Canceled, has its output
+            output = self._ended_child(err, handoff.workflow_id)
+            if output is None:
+                error = str(err.cause or err)
+        except (ActivityError, ApplicationError) as err:
             error = str(err.cause or err)
             cancelled = self._stopping is not None and isinstance(handoff.work, AdapterWork)
         finally:

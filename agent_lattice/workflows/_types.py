@@ -2,10 +2,9 @@
 """Inputs and outputs of the workflows and activities (one pydantic model per call).
 
 Fields are only ever added at the end with defaults, so histories already recorded keep
-replaying. A payload that is one of several shapes is a discriminated union (a ``kind`` tag);
-the shapes recorded before the tag existed still decode: the variant is inferred from the
-fields that are set.
-"""
+replaying. A payload that is one of several shapes is a discriminated union (a ``kind``
+tag); the shapes recorded before the tag existed still decode: the variant is inferred from
+the fields that are set."""
 
 from __future__ import annotations
 
@@ -238,6 +237,7 @@ class AgentRunInput(BaseModel):
     index_every_s: float | None = None
     # the queries with a budget this run works for (delegated, a member's work), outermost first
     banks: list[Bank] = Field(default_factory=list[Bank])
+    temporal_outcomes: bool = False  # Failed by an error, Canceled by a cancel (_outcomes)
 
 
 class AgentRunOutput(BaseModel):
