@@ -68,12 +68,7 @@ class RecordCipher:
     def open(self, stored: str, key_id: str, place: bytes, what: str) -> str:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            raise UnknownEncryptionKeyError(
-                f"{what} is encrypted with key {key_id!r}, which this process was not given "
-                f"(its keys: {', '.join(self.keys.ids)}); add that key to "
-                "LATTICE_ENCRYPTION_KEYS after the current one",
-                key_id,
-            )
+            raise UnknownEncryptionKeyError.lacking(what, key_id, self.keys.ids)
         from cryptography.exceptions import InvalidTag
 
         try:

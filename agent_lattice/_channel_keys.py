@@ -43,6 +43,7 @@ from pathlib import Path
 
 from . import _settings
 from ._errors import ConfigurationError, LatticeError
+from ._keys import aes_gcm
 
 __all__ = [
     "ChannelKey",
@@ -105,11 +106,7 @@ class Seal:
         material = b"connection\0" + channel.encode() + b"\0" + nonce
         self._key = hmac.new(key.root, material, hashlib.sha256).digest()
         self._seq = 0
-        self._aead = None
-        if key.sealed:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-            self._aead = AESGCM(self._key)
+        self._aead = aes_gcm(self._key, "the live channel's encryption") if key.sealed else None
 
     def _next(self) -> int:
         seq, self._seq = self._seq, self._seq + 1

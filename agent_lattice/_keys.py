@@ -55,6 +55,17 @@ class UnknownEncryptionKeyError(ConfigurationError):
         super().__init__(message)
         self.key_id = key_id
 
+    @classmethod
+    def lacking(cls, what: str, key_id: str, held: list[str]) -> UnknownEncryptionKeyError:
+        """``what`` (a payload, a transcript message...) is under ``key_id``, which is not
+        among the ids this process ``held``."""
+        return cls(
+            f"{what} is encrypted with key {key_id!r}, which this process was not given "
+            f"(its keys: {', '.join(held)}); add that key to LATTICE_ENCRYPTION_KEYS after the "
+            "current one",
+            key_id,
+        )
+
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class EncryptionKeys:

@@ -160,12 +160,7 @@ class EncryptionCodec(PayloadCodec):
         key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            raise UnknownEncryptionKeyError(
-                f"a payload is encrypted with key {key_id!r}, which this process was not given "
-                f"(its keys: {', '.join(self.keys.ids)}); add that key to "
-                "LATTICE_ENCRYPTION_KEYS after the current one",
-                key_id,
-            )
+            raise UnknownEncryptionKeyError.lacking("a payload", key_id, self.keys.ids)
         from cryptography.exceptions import InvalidTag
 
         try:
