@@ -49,6 +49,18 @@ class Tools:
 
         self.tools = [tool("record", "Record.", Note, record), tool("hold", "Hold.", Note, hold)]
 
+    def agent(self, fake, name: str, session: str, **options):
+        """An agent of ``session`` answered by ``fake``, with these tools."""
+        return create_bare_agent(
+            api_key=API_KEY,
+            base_url=fake.base_url,
+            model="claude-test",
+            name=name,
+            session_id=session,
+            tools=self.tools,
+            **options,
+        )
+
 
 async def test_a_terminated_run_keeps_its_turns_in_the_session_and_the_store(
     fake_anthropic, lattice_runtime, tmp_path
@@ -66,15 +78,8 @@ async def test_a_terminated_run_keeps_its_turns_in_the_session_and_the_store(
     path = tmp_path / "session.jsonl"
 
     def agent():
-        return create_bare_agent(
-            api_key=API_KEY,
-            base_url=fake_anthropic.base_url,
-            model="claude-test",
-            name="terminated",
-            session_id=session,
-            history_store=create_jsonl_history_store(path=path),
-            tools=made.tools,
-        )
+        store = create_jsonl_history_store(path=path)
+        return made.agent(fake_anthropic, "terminated", session, history_store=store)
 
     first = agent()
     messages: list = []
@@ -127,14 +132,7 @@ async def test_a_new_process_resumes_a_terminated_run_with_what_it_landed(
     session = f"s{uuid.uuid4().hex[:10]}"
 
     def agent():
-        return create_bare_agent(
-            api_key=API_KEY,
-            base_url=fake_anthropic.base_url,
-            model="claude-test",
-            name="cutoff",
-            session_id=session,
-            tools=made.tools,
-        )
+        return made.agent(fake_anthropic, "cutoff", session)
 
     running = asyncio.create_task(agent().prompt("go"))
     await asyncio.wait_for(holding.wait(), 30)
