@@ -254,7 +254,7 @@ class StreamSender:
             self._reader, self._writer, self._seal = await open_channel(
                 self._address, self._channel
             )
-        except ChannelRefused as err:
+        except (ChannelRefused, ValueError) as err:  # (ValueError: a bad address or nonce)
             self._fail(str(err))
         except (TimeoutError, OSError) as err:
             self._fail(str(err))
@@ -267,8 +267,6 @@ class StreamSender:
                     self._address,
                     err or type(err).__name__,
                 )
-        except ValueError as err:
-            self._fail(str(err))
         return self
 
     async def send(self, event: dict[str, Any]) -> None:
