@@ -25,21 +25,23 @@ from .._transcripts import hydrate, run_transcript
 from .._workspace import Boundary
 from ..client._mailbox import WorkflowMailbox
 from ..workflows._contract import ActivityName, FailureType
-from ..workflows._refs import agent_ref, request_options, workflow_id_for
-from ..workflows._types import (
+from ..workflows._delegation_types import (
     AgentChild,
-    AgentRunInput,
-    AgentRunOutput,
     CallEnded,
     ChildQuery,
     DelegateCallInput,
     DelegatePrepared,
     HandedOff,
     Handoff,
-    Landing,
-    LandInput,
     TeamChild,
     TeamRunInput,
+)
+from ..workflows._refs import agent_ref, request_options, workflow_id_for
+from ..workflows._types import (
+    AgentRunInput,
+    AgentRunOutput,
+    Landing,
+    LandInput,
     ToolCallOutput,
     TraceParent,
 )
