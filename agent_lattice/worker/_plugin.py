@@ -24,6 +24,7 @@ from .._live_feeds import LIVE_MARK, live_feeds
 from .._mcp import mcp_connections_held
 from .._version import __version__
 from ..activities import AgentActivities
+from ..activities._registry import AgentRegistry
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..providers._anthropic import shared_http_client_held
 from ..workflows import AgentWorkflow, TeamWorkflow
@@ -31,7 +32,6 @@ from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._commits import send_commit_notices
 from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._park import park_after_seconds, park_idle_runs
-from ._registry import AgentRegistry
 from ._sandbox import LatticeSandboxRunner
 from ._server_wait import ServerWaitInterceptor
 from ._signals import SignalArgumentsInterceptor
