@@ -35,7 +35,7 @@ from .._pricing import check_priced
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._delegation_types import TeamRunInput
-from ..workflows._mail_types import MailNotice
+from ..workflows._mail_types import MailNotice, TeamRunOutput
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput
 from ..workflows._visibility import PROMPT_MEMO, prompt_line, start_attributes
@@ -251,7 +251,7 @@ class QueryRun:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"team {team.name} · lead {agent.name}",
                 memo=memo,
-                result_type=AgentRunOutput,
+                result_type=TeamRunOutput,
                 start_signal=aborted,
             )
             handle = self._handle
@@ -429,6 +429,8 @@ class QueryRun:
                         yield event
                     async for nested in merge.rest_of(producers.members):
                         yield nested
+                    async for late in producers.late(output):
+                        yield late
                     yield item
                     break
                 for event in self._released(runtime, merge, producers, item):
@@ -475,7 +477,7 @@ class QueryRun:
         assert not isinstance(item, Mark)
         if follows(item):
             producers.follow(item)
-        return [item, *merge.delivered()]
+        return [item, *merge.delivered(item)]
 
     async def _landed(self, message: SDKMessage) -> bool:
         """Write a durable message of this run to the history store (assistant messages and
@@ -510,8 +512,9 @@ class QueryRun:
         try:
             return await self._handle.result()
         except WorkflowFailureError as err:
+            kind = TeamRunOutput if self.team else AgentRunOutput
             with contextlib.suppress(Exception):
-                return await output_of_close(self._client, self._handle.id, err)
+                return await output_of_close(self._client, self._handle.id, err, None, kind)
             return None
         except Exception:
             return None
