@@ -22,7 +22,6 @@ from .._channel_keys import configured_channel_key
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
 from .._mcp import mcp_connections_held
-from .._sdk_internals import sandbox_runner
 from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._registry import AgentRegistry
@@ -33,6 +32,7 @@ from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._commits import send_commit_notices
 from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._park import park_after_seconds, park_idle_runs
+from ._sdk_internals import sandbox_runner
 from ._server_wait import ServerWaitInterceptor
 from ._signals import SignalArgumentsInterceptor
 from ._telemetry import tracing_interceptor

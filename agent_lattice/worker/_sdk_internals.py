@@ -56,8 +56,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 # private to the SDK: the in-sandbox runner's instance, subclassed by CachedRun
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
-from ._errors import ConfigurationError
-from ._streaming import Committed
+from .._errors import ConfigurationError
+from .._streaming import Committed
+from ..workflows._notices import MESSAGES_TOPIC
 
 __all__ = [
     "FAST_PATHS",
@@ -195,7 +196,9 @@ class CachedRun(_Instance):
         upto = workflow.published_count()
         if start is None or upto <= start:
             return None
-        batch = workflow.published_from(start)
+        batch = stream_batch(
+            workflow.notice_stream(), PollInput(topics=[MESSAGES_TOPIC], from_offset=start)
+        )
         if batch is None:
             return None
         self.noticed = batch.next_offset
