@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, BaseModel, Discriminator, Field, RootModel, Tag, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from .._approvals import ApprovalAsk
+from .._approvals import ApprovalAsk, ResolvedApproval
 from .._batches import BatchDecision
 from .._mailbox import TeamMessage
 from .._messages import (
@@ -184,6 +184,7 @@ class Continuation(BaseModel):
     cost_unknown: bool = False
     cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
     ledger: dict[str, float] = Field(default_factory=dict)  # a bank's books (see Bank)
+    approvals: list[ResolvedApproval] = Field(default_factory=list[ResolvedApproval])
 
 
 class TraceParent(BaseModel):
@@ -384,8 +385,7 @@ class AgentChild(BaseModel):
 
 
 class TeamChild(BaseModel):
-    """A delegated query whose target leads a team: its ``TeamWorkflow`` runs it (the
-    query is ``team.lead``)."""
+    """A delegated query whose target leads a team (``team.lead``): its ``TeamWorkflow`` runs it."""
 
     kind: Literal["team"] = "team"
     # recorded as ``team_child`` before the tag existed (beside a ``child`` equal to its lead)
