@@ -11,12 +11,18 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowHistoryEventAsyncIterator
 
 from agent_lattice import AssistantMessage, ResultMessage, Runtime, UserMessage
+from agent_lattice._sdk_internals import fast_paths_on
 from agent_lattice.client import _follow
 from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
 from agent_lattice.worker import _commits
 
 from conftest import make_calculator
 from crash_app import build_agent
+
+pytestmark = pytest.mark.skipif(
+    not fast_paths_on(), reason="the commit_notices fast path is off (LATTICE_SDK_FAST_PATHS=off)"
+)
+
 
 TURNS = 5
 EXPECTED = ["system", *["assistant", "user"] * TURNS, "assistant", "result"]

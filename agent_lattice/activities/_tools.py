@@ -16,8 +16,9 @@ from .._approvals import ApprovalAsk
 from .._errors import ConfigurationError
 from .._messages import ToolResultBlock
 from .._tools import PermissionRequest, ToolContext, ToolResult, run_off_loop
+from ..workflows._delegation_types import DelegateCallInput
 from ..workflows._failures import WORKER_LOST, did_not_finish, past_timeout
-from ..workflows._types import DelegateCallInput, ToolCallInput, ToolCallOutput
+from ..workflows._types import ToolCallInput, ToolCallOutput
 
 if TYPE_CHECKING:
     from .._agent import Agent

@@ -30,8 +30,9 @@ from .._approvals import (
 )
 from .._errors import ApprovalError
 from ..worker._encryption import refused_by_worker
+from ..worker._pollers import queue_served
 from ._default import get_default_runtime
-from ._orphans import orphan_hint, queue_served, run_state
+from ._orphans import orphan_hint, run_state
 from ._runtime import Runtime
 
 __all__ = [

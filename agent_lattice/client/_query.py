@@ -34,9 +34,10 @@ from .._options import check_options
 from .._pricing import check_priced
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
+from ..workflows._delegation_types import TeamRunInput
 from ..workflows._mail_types import MailNotice
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
-from ..workflows._types import AgentRunInput, AgentRunOutput, TeamRunInput
+from ..workflows._types import AgentRunInput, AgentRunOutput
 from ..workflows._visibility import PROMPT_MEMO, prompt_line, start_attributes
 from ._approvals import decide, find_approval
 from ._closed import output_of_close

@@ -32,6 +32,7 @@ from .._messages import (
 from .._streaming import StreamReceiver
 from .._team import team_of
 from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
+from ..activities._registry import AgentRegistry
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
 from ..worker._encryption import EncryptionCodec, EncryptionKeysLike
 from ..worker._plugin import (
@@ -40,7 +41,7 @@ from ..worker._plugin import (
     lattice_worker,
     worker_identity,
 )
-from ..worker._registry import AgentRegistry
+from ..worker._pollers import PRIVATE_STICKY_TIMEOUT, serving
 from ..worker._telemetry import flush_tracing, temporal_runtime
 from ..workflows._agent import MESSAGES_TOPIC
 from ..workflows._mailbox import mailbox_task_queue
@@ -53,13 +54,11 @@ from ._inline import WORKER_SHUTDOWN_GRACE_S, WorkerTask, preload_provider_sdk
 from ._landed import landed_conversation
 from ._open import open_client
 from ._orphans import (
-    PRIVATE_STICKY_TIMEOUT,
     RunState,
     adoptable,
     end_orphan,
     run_queues,
     run_state,
-    serving,
     team_may_start,
 )
 from ._reconnect import DEFAULT_RECONNECT_S, ServerWatch, reconnect_limit

@@ -22,8 +22,10 @@ from .._channel_keys import configured_channel_key
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
 from .._mcp import mcp_connections_held
+from .._sdk_internals import sandbox_runner
 from .._version import __version__
 from ..activities import AgentActivities
+from ..activities._registry import AgentRegistry
 from ..activities._tools import DEFAULT_TOOL_THREADS
 from ..providers._anthropic import shared_http_client_held
 from ..workflows import AgentWorkflow, TeamWorkflow
@@ -31,8 +33,6 @@ from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._commits import send_commit_notices
 from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._park import park_after_seconds, park_idle_runs
-from ._registry import AgentRegistry
-from ._sandbox import LatticeSandboxRunner
 from ._server_wait import ServerWaitInterceptor
 from ._signals import SignalArgumentsInterceptor
 from ._telemetry import tracing_interceptor
@@ -138,9 +138,7 @@ class LatticePlugin(SimplePlugin):
         )
         # the tracing interceptor's spans are opentelemetry objects, shared with the host
         passthrough = [*PASSTHROUGH, "opentelemetry"] if self.otel else PASSTHROUGH
-        runner = LatticeSandboxRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*passthrough)
-        )
+        runner = sandbox_runner(SandboxRestrictions.default.with_passthrough_modules(*passthrough))
         failures: list[type[BaseException]] = [LatticeError, pydantic.ValidationError]
         super().__init__(
             "agent-lattice",

@@ -68,11 +68,11 @@ with workflow.unsafe.imports_passed_through():
         Continuation,
         ModelCallInput,
         ModelCallOutput,
-        Report,
         ToolCallOutput,
         TraceInput,
         TraceItem,
     )
+from ._delegation_types import Report
 
 # durable messages a run hands to its continuation (readers further behind re-read the record)
 STREAM_KEPT_ON_CONTINUE = 200
@@ -357,6 +357,10 @@ class AgentWorkflow(
                 gave_up(err, self._input.settings.model_give_up_s) or error_info(err)
             )
         self._add_cost(output.cost_usd)  # paid for, even if the reply is dropped later
+        if output.cut_off:  # cancelled mid-stream: what it streamed is paid for, and counted
+            if output.message.usage is not None:
+                self._usage = self._usage + output.message.usage
+            return ModelFailed(error_info(CancelledError("the model request was cancelled")))
         if self._model_call_cancelled and self._input.temporal_outcomes:
             # it answered before its worker heard of the cancel: dropped, as it would be
             return ModelFailed(error_info(CancelledError("the model request was cancelled")))

@@ -25,20 +25,22 @@ from .._mailbox import TeamMessage
 from .._messages import ErrorKind, ResultMessage, ToolResultBlock
 from ._approval_types import InputProblem, ToolInputCheck
 from ._budget_types import SpendReport, Statement
+from ._delegation_types import (
+    DelegateCallInput,
+    DelegatePrepared,
+    Handoff,
+    MailboxMirrorInput,
+    Report,
+    TeamReportInput,
+)
 from ._mail_types import LeadMail, MailClaim, MailClaimed, MailSettled
 from ._types import (
     ActivitySettings,
     CompactInput,
     CompactOutput,
-    DelegateCallInput,
-    DelegatePrepared,
-    Handoff,
     LandInput,
-    MailboxMirrorInput,
     ModelCallInput,
     ModelCallOutput,
-    Report,
-    TeamReportInput,
     ToolCallInput,
     ToolCallOutput,
     ToolResultsHookInput,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from .._mailbox import TeamMessage
-from ._types import Handoff
+from ._delegation_types import Handoff
 
 __all__ = ["LeadMail", "MailClaim", "MailClaimed", "MailNotice", "MailSettled"]
 

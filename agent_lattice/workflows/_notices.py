@@ -8,6 +8,8 @@ from typing import Any
 
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
 
+from .._sdk_internals import stream_batch
+
 __all__ = ["MESSAGES_TOPIC", "CommitSource"]
 
 MESSAGES_TOPIC = "messages"
@@ -34,11 +36,7 @@ class CommitSource:
         """The stream's length: the offset after its last message."""
         return self._published
 
-    def published_from(self, offset: int) -> PollResult:
+    def published_from(self, offset: int) -> PollResult | None:
         """The messages from ``offset``, as the stream's poll query returns them (a read of
-        the run's state: no command, nothing changed)."""
-        # the stream's own batching (wire form, the ~1 MB cap); private to the contrib module,
-        # whose version the pin in pyproject.toml holds; the worker goes without notices if
-        # it moves (worker/_commits)
-        collect = getattr(self._stream, "_collect_batch")  # noqa: B009
-        return collect(PollInput(topics=[MESSAGES_TOPIC], from_offset=offset))
+        the run's state: no command, nothing changed); None without the fast paths."""
+        return stream_batch(self._stream, PollInput(topics=[MESSAGES_TOPIC], from_offset=offset))

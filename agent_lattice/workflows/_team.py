@@ -33,19 +33,20 @@ with workflow.unsafe.imports_passed_through():
     from ._children import signal_quietly, start_child, start_query
     from ._mail_types import MailClaim, MailClaimed, MailNotice, MailSettled
     from ._outcomes import Outcomes, wait_condition
-    from ._types import (
-        AdapterFinished,
-        AdapterWork,
-        AgentRunOutput,
-        Handoff,
-        MailboxMirrorInput,
-        MemberCancelled,
-        MemberFailed,
-        MemberFinished,
-        TeamChild,
-        TeamReportInput,
-        TeamRunInput,
-    )
+    from ._types import AgentRunOutput
+from ._delegation_types import (
+    AdapterFinished,
+    AdapterWork,
+    Handoff,
+    MailboxMirrorInput,
+    MemberCancelled,
+    MemberFailed,
+    MemberFinished,
+    TeamChild,
+    TeamReportInput,
+    TeamRunInput,
+)
+
 # Runs recorded before this change ended as soon as the lead did (left work stayed open).
 SETTLE_LEFT_WORK = "team-settle-left-work"
 SETTLE_TIMEOUT_S = 120.0
