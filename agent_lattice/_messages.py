@@ -187,7 +187,8 @@ class SystemMessage(BaseModel):
     ``tool_name``, ``tool_input``, ``tool_use_id``, ``message``; ``agent`` and ``workflow_id``
     name the run that waits, a delegated child's or a team member's included), and
     ``approval_resolved`` once it was decided (``behavior``: allow, deny, timed_out,
-    cancelled). ``live_feed_lost``: the live tokens of a model request (``turn``, ``attempt``)
+    cancelled; ``approver``: who decided). A request names who may decide (``approvers``;
+    None: anyone). ``live_feed_lost``: the live tokens of a model request (``turn``, ``attempt``)
     stopped before its end (a worker killed, a connection cut, a line refused as not sent by
     a worker: ``message`` says which); the rest of its text is not streamed, and its durable
     messages follow as always. It is live, like stream events: never in a history store."""
@@ -212,6 +213,8 @@ class SystemMessage(BaseModel):
     behavior: str | None = None
     turn: int | None = None
     attempt: int | None = None
+    approver: str | None = None
+    approvers: list[str] | None = None
 
 
 class StreamEventMessage(BaseModel):

@@ -96,6 +96,11 @@ class Renderer:
                     f"⏸ {message.agent} waits for approval: {message.tool_name} "
                     f"{json.dumps(message.tool_input, ensure_ascii=False)}"
                     + (f" ({message.message})" if message.message else "")
+                    + (
+                        f"\n  may decide: {', '.join(message.approvers)}"
+                        if message.approvers
+                        else ""
+                    )
                     + f"\n  lattice approve {message.workflow_id} {message.approval_id}"
                     + f"\n  lattice deny {message.workflow_id} {message.approval_id} -m WHY",
                     style="yellow",
@@ -103,7 +108,8 @@ class Renderer:
             )
             return
         if message.subtype == "approval_resolved":
-            self.note(f"▶ {message.tool_name}: {message.behavior}")
+            by = f" by {message.approver}" if message.approver else ""
+            self.note(f"▶ {message.tool_name}: {message.behavior}{by}")
             return
         if message.subtype == "live_feed_lost":
             if message.turn is None or message.turn > self._closed_turn:  # (a turn shown whole: no)

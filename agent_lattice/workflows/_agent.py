@@ -273,6 +273,7 @@ class AgentWorkflow(
         self._new_count = carried.new_count
         self._compacted = carried.compacted
         self._usage, self._stop_reason = carried.usage, carried.stop_reason
+        self._carry_approvals()
         if input.deadline_s is not None:
             left = input.deadline_s - (workflow.now() - carried.started_at).total_seconds()
             self._deadline_timer = asyncio.ensure_future(self._deadline(max(left, 0.001)))
@@ -304,6 +305,7 @@ class AgentWorkflow(
             cost_unknown=self._cost_unknown,
             cost_by_agent=self._cost_by_agent,
             ledger=self._ledger,
+            approvals=self._resolved,
         )
         await self._stream.continue_as_new(
             lambda state: [
