@@ -116,6 +116,7 @@ from .client import (
     list_pending_approvals,
     resolve_approval,
     set_default_runtime,
+    steer,
 )
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import (
@@ -253,6 +254,7 @@ __all__ = [
     "resolve_approval",
     "set_default_runtime",
     "skill",
+    "steer",
     "team_member",
     "tool",
 ]

@@ -463,6 +463,13 @@ class Agent:
         """End the running query with ``interrupted``; False when no query is running."""
         return self.session.interrupt()
 
+    async def steer(self, text: str) -> bool:
+        """Tell the running query something without stopping it: the model gets ``text`` at
+        its next request, after the results of the tool calls running now (``_steer``). True
+        once the run holds it; False when no query of this agent runs (a delegated one's:
+        ``steer(workflow_id, text)``). OptionError: an empty or too long text."""
+        return await self.session.steer(text)
+
     async def approve(self, approval_id: str, updated_input: dict[str, Any] | None = None) -> None:
         """Allow a tool call of the running query (or of a run it delegated to) that waits
         for approval; ``updated_input`` replaces the model's input (checked against the

@@ -154,6 +154,7 @@ PUBLIC = {
         "resolve_approval",
         "set_default_runtime",
         "skill",
+        "steer",
         "team_member",
         "tool",
     ],
@@ -176,6 +177,7 @@ PUBLIC = {
         "list_pending_approvals",
         "resolve_approval",
         "set_default_runtime",
+        "steer",
         "temporal_binary",
     ],
     "agent_lattice.providers": [

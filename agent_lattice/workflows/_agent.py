@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         RequestModel,
         RunBatch,
         Started,
+        TakeSteers,
         next_step,
     )
     from . import _contract as contract
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from ._notices import MESSAGES_TOPIC, CommitSource
     from ._outcomes import Outcomes, wait_condition
     from ._progress import Progress
+    from ._steering import Steering
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
@@ -89,6 +91,7 @@ class AgentWorkflow(
     CommitSource,
     Outcomes,
     Compacting,
+    Steering,
 ):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
@@ -320,13 +323,15 @@ class AgentWorkflow(
             step = next_step(self._observed(), event)
             if isinstance(step, RequestModel | Compact) and await self._ask_banks():
                 step = next_step(self._observed(), event)  # with what its banks said
-            self._state = step.state
+            self._state, self._step = step.state, step  # (a steer's validator reads the step)
             if isinstance(step, Finish):
                 return await self._finish_step(step)
             if isinstance(step, ContinueAsNew):
                 await self._continue_as_new()
             elif isinstance(step, Compact):
                 event = await self._compact_step()
+            elif isinstance(step, TakeSteers):
+                event = await self._steer_step()
             elif isinstance(step, RequestModel):
                 event = await self._request_step()
             else:
@@ -341,6 +346,7 @@ class AgentWorkflow(
             interrupted=self._interrupted,
             aborted=self._aborted,
             continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
+            steered=bool(self._steers),
             spent_usd=self._spent_usd(),
             outer_budget_usd=outer.max_budget_usd if outer else None,
             outer_spent_usd=outer.spent_usd if outer else 0.0,
@@ -426,16 +432,18 @@ class AgentWorkflow(
             mail = await self._lead_mail()
             if mail is not None:
                 blocks.append(mail)
+        steered = self._steers_into(blocks)
         results = ModelMessage(role="user", content=blocks)
         self._add(results, UserMessage(message=results, session_id=input.session_id))
         await self._land(results, head=self._head, unsent=self._unsent)
         ending = next((o for o in outcomes if o.end_turn), None)
         if ending is None:
-            return BatchDone()
+            return BatchDone(steered=steered)
         return BatchDone(
             end_turn=True,
             result=text_of(ending.block.content),
             structured_result=ending.structured_result,
+            steered=steered,
         )
 
     async def _finish_step(self, step: Finish) -> AgentRunOutput:
