@@ -160,7 +160,7 @@ async def test_a_steer_during_the_final_request_gets_one_more_request_that_answe
     await keep_history(lattice_runtime, result.workflow_id, "steered_final_answer")
 
 
-async def test_a_steer_while_a_call_waits_for_approval_is_taken_after_the_decision(
+async def test_steers_while_a_call_waits_for_approval_are_taken_after_the_decision(
     make_agent, fake_anthropic
 ):
     def pay(input: Step) -> str:
@@ -174,15 +174,17 @@ async def test_a_steer_while_a_call_waits_for_approval_is_taken_after_the_decisi
         if isinstance(message, SystemMessage) and message.subtype == "approval_request":
             assert message.approval_id is not None
             assert await agent.steer(STEER) is True
+            assert await agent.steer("And mail the receipt.") is True
             await asyncio.sleep(0.3)
             assert len(fake_anthropic.requests) == 1  # the wait goes on
             await agent.approve(message.approval_id)
 
     assert messages[-1].subtype == "success"
-    content = last_user_content(fake_anthropic.requests[1])
+    content = last_user_content(fake_anthropic.requests[1])  # both, in the order sent
     assert [(b["type"], b.get("content") or b.get("text")) for b in content] == [
         ("tool_result", "paid invoice-7"),
         ("text", STEER),
+        ("text", "And mail the receipt."),
     ]
 
 
