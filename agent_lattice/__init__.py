@@ -117,6 +117,7 @@ from .client import (
     list_resolved_approvals,
     resolve_approval,
     set_default_runtime,
+    steer,
 )
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import (
@@ -256,6 +257,7 @@ __all__ = [
     "resolve_approval",
     "set_default_runtime",
     "skill",
+    "steer",
     "team_member",
     "tool",
 ]

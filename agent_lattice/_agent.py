@@ -444,6 +444,13 @@ class Agent:
         """End the running query with ``interrupted``; False when no query is running."""
         return self.session.interrupt()
 
+    async def steer(self, text: str) -> bool:
+        """Tell the running query something without stopping it: the model gets ``text`` at
+        its next request, after the results of the tool calls running now (``_steer``). True
+        once the run holds it; False when no query of this agent runs (a delegated one's:
+        ``steer(workflow_id, text)``). OptionError: an empty or too long text."""
+        return await self.session.steer(text)
+
     async def approve(
         self,
         approval_id: str,

@@ -93,6 +93,12 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "reply design-review::reviewer -> design-review::lead [pending]: Approved: the API is "
         "consistent.",
     ),
+    "steer.py": (
+        "steer accepted: True",
+        "to the model: tool_result + text\n  with the steer: Also run the tests, and say how many",
+        "result: Built and tested: build ok: 12 modules; tests ok: 48 passed.",
+        "steer after the query ended: False",
+    ),
     "approval.py": (
         'waiting for approval: pay {"invoice": "INV-7", "amount_eur": 120}',
         ": allowed",

@@ -156,6 +156,7 @@ PUBLIC = {
         "resolve_approval",
         "set_default_runtime",
         "skill",
+        "steer",
         "team_member",
         "tool",
     ],
@@ -179,6 +180,7 @@ PUBLIC = {
         "list_resolved_approvals",
         "resolve_approval",
         "set_default_runtime",
+        "steer",
         "temporal_binary",
     ],
     "agent_lattice.providers": [

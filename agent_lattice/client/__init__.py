@@ -10,6 +10,7 @@ from ._mailbox import announce_mail, create_workflow_mailbox
 from ._query import QueryRun
 from ._runtime import Runtime
 from ._server import DevServer, temporal_binary
+from ._steer import steer
 
 # The domain (agents, teams) runs queries and makes default mailboxes through these.
 register_query_runner(QueryRun.start)
@@ -30,5 +31,6 @@ __all__ = [
     "list_resolved_approvals",
     "resolve_approval",
     "set_default_runtime",
+    "steer",
     "temporal_binary",
 ]

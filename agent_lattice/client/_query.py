@@ -32,6 +32,7 @@ from .._messages import (
 from .._option_types import QuerySignal
 from .._options import check_options
 from .._pricing import check_priced
+from .._steer import check_steer
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._delegation_types import TeamRunInput
@@ -45,6 +46,7 @@ from ._default import get_default_runtime
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
 from ._runtime import Runtime
+from ._steer import send_steer
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -157,6 +159,18 @@ class QueryRun:
 
     def _send_interrupt(self) -> None:
         self._signals.append(asyncio.ensure_future(self._handle.signal("interrupt")))
+
+    async def steer(self, text: str) -> bool:
+        """A message for this query's model, taken at its next request (after the tool
+        results of the batch that is running): True once the run holds it, False when the
+        query is not running (not started yet, or ended or ending)."""
+        checked = check_steer(text)
+        if self._handle is None or self._done:
+            return False
+        why = await send_steer(self._client, self.workflow_id, checked)
+        if why is not None:
+            log.info("steer not taken: %s", why)
+        return why is None
 
     async def decide(self, decision: ApprovalDecision) -> None:
         """A decision on an approval request of this query or of a run beneath it."""
