@@ -269,12 +269,15 @@ async def test_the_kernel_stops_what_the_parser_cannot_see(var_tmp, monkeypatch)
     ip = await offline[-1].invoke({"command": "cat /proc/net/dev | wc -l"}, ctx)
     assert ip.content.startswith("3")  # the loopback device alone
     started = time.monotonic()
-    slow = await tools["Bash"].invoke({"command": "sleep 300 & sleep 301", "timeout": 0.5}, ctx)
+    # durations of this run's own, so another process's sleeps on the machine do not count
+    mark = f"{os.getpid() % 1000}.{time.time_ns() % 10**6}"
+    long = f"sleep 300{mark} & sleep 301{mark}"
+    slow = await tools["Bash"].invoke({"command": long, "timeout": 0.5}, ctx)
     assert "timed out" in slow.content and time.monotonic() - started < 10
 
     def none_left() -> None:  # killing the sandbox killed all it started (the kernel ends a
         # PID namespace's processes when its init dies; they are reaped a moment later)
-        ps = subprocess.run(["pgrep", "-f", "sleep 30[01]"], capture_output=True, text=True)
+        ps = subprocess.run(["pgrep", "-f", f"sleep 30[01]{mark}"], capture_output=True, text=True)
         assert ps.stdout == "", ps.stdout
 
     await assert_eventually(none_left, within=5)
