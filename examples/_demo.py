@@ -1,6 +1,6 @@
 """Model settings for the examples: the real provider when a key is set, else a scripted fake.
 
-With ``ANTHROPIC_API_KEY`` set, examples call the real model (``LATTICE_MODEL`` picks it,
+With ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_API_KEY_FILE``) set, examples call the real model (``LATTICE_MODEL`` picks it,
 ``ANTHROPIC_BASE_URL`` any Anthropic-compatible endpoint such as DeepSeek's). Without a key
 they start ``agent_lattice.testing.FakeAnthropicServer`` with the example's script, and say so.
 """
@@ -24,6 +24,8 @@ def model_options(example: str, fake: Handler) -> dict[str, Any]:
             "base_url": os.environ.get("ANTHROPIC_BASE_URL"),
             "model": model,
         }
+    if os.environ.get("ANTHROPIC_API_KEY_FILE"):  # a mounted secret: the worker reads it
+        return {"base_url": os.environ.get("ANTHROPIC_BASE_URL"), "model": model}
     server = FakeAnthropicServer(fake).start()
     print(
         f"{example}: ANTHROPIC_API_KEY is not set, so a scripted fake model answers "
