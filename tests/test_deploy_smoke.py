@@ -337,3 +337,145 @@ def test_the_codec_server_asks_for_its_token_and_decodes_with_the_keys_file(
     assert status == 200, decoded
     data = json.loads(decoded)["payloads"][0]["data"]
     assert base64.b64decode(data) == b'"the answer is 42"'
+
+
+def _k8s_build(build: str) -> tuple[list[str], dict[str, str]]:
+    deployment = next(d for d in built(f"builds/{build}") if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = dict(config_map())
+    for item in container["env"]:
+        env[item["name"]] = item.get("value", "")
+    return list(container["args"]), env
+
+
+def _temporal(server: str, *args: str) -> str:
+    done = subprocess.run(
+        [temporal_binary(), *args, "--address", server],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _build_of(server: str, workflow_id: str) -> str:
+    """The worker deployment build a run is pinned to, as the server says."""
+    import asyncio
+
+    from agent_lattice.client import Runtime
+
+    async def read() -> str:
+        runtime = await Runtime.connect(server, inline_workers=False)
+        try:
+            described = await runtime.client.get_workflow_handle(workflow_id).describe()
+            info = described.raw_description.workflow_execution_info.versioning_info
+            return info.deployment_version.build_id
+        finally:
+            await runtime.close()
+
+    return asyncio.run(read())
+
+
+def test_a_rollout_from_v1_to_v2_with_the_guide_s_commands(
+    image_env: Path,
+    secrets: Path,
+    lattice_server: str,
+    task_queue_prefix: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    """deploy/README.md, "Rolling out a new build": v1 current; a long query starts on v1;
+    v2 beside it, ramped, then current; a new query runs on v2 while the long one finishes
+    on v1 (pinned), and v1's drainage can be asked for."""
+    app = tmp_path / "app"
+    shutil.copytree(ROOT / "examples", app, ignore=shutil.ignore_patterns("__pycache__"))
+    deployment = f"lattice-workers-{uuid.uuid4().hex[:8]}"  # this test's (the server outlives it)
+
+    def start(build: str) -> dict[str, str]:
+        args, settings = _k8s_build(build)
+        env = _image_env(image_env, tmp_path / f"home-{build}") | _k8s_env(
+            settings, secrets, lattice_server
+        )
+        assert env["LATTICE_BUILD_ID"] == build
+        env |= {
+            "LATTICE_DEPLOYMENT_NAME": deployment,
+            "LATTICE_TASK_QUEUE_PREFIX": task_queue_prefix,
+        }
+        processes.append(
+            subprocess.Popen(
+                _entrypoint(args),
+                cwd=app,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / f"{build}.err").open("w"),
+            )
+        )
+        health = int(env["LATTICE_HEALTH_PORT"])
+        _until(lambda: get(health, "/readyz") == (200, "ready"), 60, f"{build} ready")
+        return env
+
+    def ask(env: dict[str, str], prompt: str) -> subprocess.Popen[str]:
+        client = {**env, "LATTICE_STREAM_PORT": str(_free_port_pair())}
+        client["LATTICE_METRICS_PORT"] = str(_free_port())
+        asked = subprocess.Popen(
+            _entrypoint(["run", "app.py:assistant", prompt, "--no-worker", "--json"]),
+            cwd=app,
+            env=client,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(asked)
+        return asked
+
+    def result(asked: subprocess.Popen[str]) -> dict[str, Any]:
+        out, err = asked.communicate(timeout=120)
+        assert asked.returncode == 0, out + err
+        return json.loads(out.splitlines()[-1])
+
+    deploy = ["worker", "deployment"]
+    v1 = start("v1")
+    _temporal(
+        lattice_server,
+        *deploy,
+        "set-current-version",
+        "--deployment-name",
+        deployment,
+        "--build-id",
+        "v1",
+        "--yes",
+    )
+    story = ask(v1, "Tell me a story")  # long: it streams for seconds
+    v2 = start("v2")
+    _temporal(
+        lattice_server, *deploy, "set-ramping-version", "--deployment-name", deployment,
+        "--build-id", "v2", "--percentage", "10", "--yes",
+    )  # fmt: skip
+    _temporal(
+        lattice_server,
+        *deploy,
+        "set-current-version",
+        "--deployment-name",
+        deployment,
+        "--build-id",
+        "v2",
+        "--yes",
+    )
+    assert story.poll() is None  # the story still streams from v1 while v2 is current
+    answered = result(ask(v2, QUESTION))
+    assert answered["result"] == "Done: 42."
+    assert _build_of(lattice_server, answered["workflow_id"]) == "v2"  # new queries: v2
+    told = result(story)
+    assert told["subtype"] == "success", told
+    assert _build_of(lattice_server, told["workflow_id"]) == "v1"  # it finished where it began
+    described = _temporal(
+        lattice_server,
+        *deploy,
+        "describe-version",
+        "--deployment-name",
+        deployment,
+        "--build-id",
+        "v1",
+    )
+    assert "Drain" in described or "drain" in described, described  # what step 4 watches
