@@ -93,6 +93,16 @@ class TeamMailbox(Protocol):
     ) -> TeamMessage: ...
 
 
+@runtime_checkable
+class MirroringMailbox(Protocol):
+    """A backend that takes a team runtime's view of a message in one step (the workflow
+    mailbox: one signal, no worker waited on) instead of a read and a write."""
+
+    async def mirror(self, message: TeamMessage) -> None: ...
+
+    async def settle(self, message_id: str, status: MessageStatus, result: str | None) -> None: ...
+
+
 def _transition(message: TeamMessage, status: MessageStatus, result: str | None) -> TeamMessage:
     if message.status in FINAL_STATUSES:
         raise OptionError(

@@ -58,10 +58,10 @@ import agent_lattice.client._runtime as runtime_module
 from agent_lattice import ResultMessage, create_agent, tool
 from agent_lattice._messages import ModelMessage, TextBlock, ToolUseBlock, Usage
 from agent_lattice.activities import AgentActivities
+from agent_lattice.activities._registry import AgentRegistry
 from agent_lattice.client import Runtime
 from agent_lattice.providers import ModelRequest
 from agent_lattice.worker._plugin import LatticePlugin
-from agent_lattice.worker._registry import AgentRegistry
 from agent_lattice.workflows import AgentWorkflow
 from agent_lattice.workflows._contract import ActivityName
 from agent_lattice.workflows._refs import agent_ref, workflow_id_for

@@ -1,6 +1,8 @@
-"""The package's shape: imports go down the layers only, no import cycle, no module past 600
-lines. Every import counts, lazy and ``TYPE_CHECKING`` ones too; a package's ``__init__``
-re-exporting its modules is its facade and is left out."""
+"""The package's shape: imports go down the layers only (testing, cli, client, worker,
+activities, workflows, then the domain at the package's root), no import cycle, no module past
+600 lines. Every import counts, lazy and ``TYPE_CHECKING`` ones too, and a name imported from a
+package's ``__init__`` counts as an import of the module that defines it: a facade hides no
+cycle and no arrow back up."""
 
 from __future__ import annotations
 
@@ -13,43 +15,88 @@ from conftest import parse_sources
 
 ROOT = Path(agent_lattice.__file__).parent
 PACKAGE = ROOT.name
-UPPER = tuple(f"{PACKAGE}.{p}." for p in ("client", "worker", "activities", "workflows", "cli"))
+# top to bottom; the root's modules (the domain) sit below them all
+LAYERS = ("testing", "cli", "client", "worker", "activities", "workflows")
 MAX_LINES = 600
 
 
-def _modules() -> dict[str, Path]:
+def _files() -> dict[str, Path]:
+    """Every module by dotted name, packages' ``__init__`` as the package's own name."""
     out = {}
     for path in ROOT.rglob("*.py"):
         parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
-            continue  # facades
+            parts.pop()
         out[".".join(parts)] = path
     return out
 
 
+def _modules() -> dict[str, Path]:
+    """The modules that are not a package's facade."""
+    return {m: p for m, p in _files().items() if p.name != "__init__.py"}
+
+
+def _base(mod: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module an ``import from`` names, made absolute."""
+    if node.level == 0:
+        return node.module or ""
+    base = mod.split(".") if is_package else mod.split(".")[:-1]
+    if node.level > 1:
+        base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's imports of the package's modules; an import through a facade is an
+    import of the module that defines the name."""
+    files = _files()
+    trees = parse_sources(files.values())
+    exports: dict[str, dict[str, str]] = {}  # facade: name -> where it comes from
+    for mod, path in files.items():
+        if path.name == "__init__.py":
+            exports[mod] = {
+                alias.asname or alias.name: _base(mod, True, node)
+                for node in trees[path].body
+                if isinstance(node, ast.ImportFrom)
+                for alias in node.names
+            }
+
+    def defining(target: str, seen: frozenset[str] = frozenset()) -> str:
+        owner, _, name = target.rpartition(".")
+        source = exports.get(owner, {}).get(name)
+        if source is not None and target not in seen:
+            if f"{source}.{name}" in files:  # ``from .x import y``, y a module
+                return f"{source}.{name}"
+            if source != owner:
+                return defining(f"{source}.{name}", seen | {target})
+        while target and target not in files:
+            target = target.rpartition(".")[0]
+        return target
+
     edges: dict[str, set[str]] = {m: set() for m in modules}
-    trees = parse_sources(modules.values())
     for mod, path in modules.items():
         for node in ast.walk(trees[path]):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = mod.split(".")[:-1]
-                if node.level > 1:
-                    base = base[: len(base) - (node.level - 1)]
-                prefix = ".".join([*base, node.module] if node.module else base)
-                if node.level == 0:
-                    prefix = node.module or ""
-                targets = [prefix, *(f"{prefix}.{a.name}" for a in node.names)]
+                base = _base(mod, False, node)
+                targets = [f"{base}.{a.name}" for a in node.names]
             else:
                 continue
             for target in targets:
-                while target and target not in modules and target.startswith(PACKAGE + "."):
-                    target = target.rpartition(".")[0]
-                if target in modules and target != mod:
-                    edges[mod].add(target)
+                if target.startswith(PACKAGE + "."):
+                    found = defining(target)
+                    if found in modules and found != mod:
+                        edges[mod].add(found)
     return edges
+
+
+def _rank(module: str) -> int:
+    """How high ``module``'s layer is: the domain 0, workflows 1, ... testing 6."""
+    for i, layer in enumerate(LAYERS):
+        if module.startswith(f"{PACKAGE}.{layer}."):
+            return len(LAYERS) - i
+    return 0
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -84,14 +131,23 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_no_import_cycle_and_the_domain_imports_no_upper_layer():
-    modules = _modules()
-    edges = _imports(modules)
-    assert len(edges) > 50  # the walk found the package
+def test_no_import_cycle_and_every_import_goes_down_the_layers():
+    edges = _imports(_modules())
+    assert len(edges) > 100  # the walk found the package
     assert _cycles(edges) == []
-    domain = [m for m in edges if m.count(".") == 1]  # agent_lattice._agent, _team, ...
-    upward = sorted((m, w) for m in domain for w in edges[m] if w.startswith(UPPER))
+    upward = sorted((m, w) for m, targets in edges.items() for w in targets if _rank(w) > _rank(m))
     assert upward == []
+
+
+def test_an_import_through_a_facade_counts_as_one_of_its_module():
+    """``from ..client import X`` is an import of the module that defines X: a cycle or an
+    arrow up through a package's ``__init__`` is seen."""
+    edges = _imports(_modules())
+    # worker/_plugin takes AgentActivities from activities/__init__, which has it from
+    # activities/_agent
+    assert f"{PACKAGE}.activities._agent" in edges[f"{PACKAGE}.worker._plugin"]
+    assert _rank(f"{PACKAGE}.worker._plugin") > _rank(f"{PACKAGE}.activities._agent")
+    assert _rank(f"{PACKAGE}.workflows._agent") > _rank(f"{PACKAGE}._agent") == 0
 
 
 def test_no_module_is_over_600_lines():
@@ -102,8 +158,8 @@ def test_no_module_is_over_600_lines():
 def test_the_walk_sees_lazy_and_type_checking_imports(tmp_path):
     """The check would miss a cycle hidden in a function body or a TYPE_CHECKING block."""
     edges = _imports(_modules())
-    # client/_query imports the agent only for types; worker/_registry imports _team at top
+    # client/_query imports the agent only for types; activities/_registry imports _agent for types
     assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.client._query"]
-    assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.worker._registry"]
+    assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.activities._registry"]
     # _team imports _agent inside create_team() only
     assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}._team"]

@@ -45,7 +45,6 @@ from agent_lattice import (
     Usage,
 )
 from agent_lattice.cli import Renderer, app
-from agent_lattice.client._orphans import queue_served
 from agent_lattice.client._server import DevServer, temporal_binary
 from agent_lattice.testing import (
     FakeAnthropicServer,
@@ -59,6 +58,7 @@ from agent_lattice.testing import (
     text,
     tool_use,
 )
+from agent_lattice.worker._pollers import queue_served
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = Path(__file__).with_name("cli_app.py")
@@ -296,7 +296,7 @@ def test_version_and_exit_codes_in_help() -> None:
 COMMANDS = [
     [],
     *([name] for name in ("dev", "worker", "run", "interrupt", "attach", "runs", "setup")),
-    *([name] for name in ("approvals", "approve", "deny", "codec-server")),
+    *([name] for name in ("approvals", "approve", "deny", "steer", "codec-server")),
     ["server", "status"],
     ["server", "stop"],
     *(["team", name] for name in ("send", "drain", "status", "inbox")),

@@ -14,9 +14,15 @@ from agent_lattice import AssistantMessage, ResultMessage, Runtime, UserMessage
 from agent_lattice.client import _follow
 from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
 from agent_lattice.worker import _commits
+from agent_lattice.worker._sdk_internals import fast_paths_on
 
 from conftest import make_calculator
 from crash_app import build_agent
+
+pytestmark = pytest.mark.skipif(
+    not fast_paths_on(), reason="the commit_notices fast path is off (LATTICE_SDK_FAST_PATHS=off)"
+)
+
 
 TURNS = 5
 EXPECTED = ["system", *["assistant", "user"] * TURNS, "assistant", "result"]

@@ -30,15 +30,10 @@ from agent_lattice.workflows._contract import (
     ErrorKind,
     FailureType,
 )
-from agent_lattice.workflows._failures import cut_off, error_info
-from agent_lattice.workflows._types import (
-    ActivitySettings,
+from agent_lattice.workflows._delegation_types import (
     AdapterFinished,
     AdapterWork,
     AgentChild,
-    AgentRef,
-    AgentRunInput,
-    AgentRunOutput,
     CallEnded,
     DelegatePrepared,
     HandedOff,
@@ -46,10 +41,17 @@ from agent_lattice.workflows._types import (
     MemberCancelled,
     MemberFailed,
     MemberFinished,
-    ModelCallOutput,
     TeamChild,
     TeamReportInput,
     TeamRunInput,
+)
+from agent_lattice.workflows._failures import cut_off, error_info
+from agent_lattice.workflows._types import (
+    ActivitySettings,
+    AgentRef,
+    AgentRunInput,
+    AgentRunOutput,
+    ModelCallOutput,
     ToolCallOutput,
     TraceInput,
     TraceItem,

@@ -19,7 +19,7 @@ from test_history_safety import replayer
 
 from agent_lattice import ResultMessage, ToolResult, agent_tool, create_team, team_member, tool
 from agent_lattice.client._follow import published
-from agent_lattice.testing import Script, assert_eventually, collect, hang, text, tool_use
+from agent_lattice.testing import Script, assert_eventually, collect, hang, slow, text, tool_use
 from agent_lattice.workflows._notices import MESSAGES_TOPIC
 from agent_lattice.workflows._outcomes import OUTPUT_MEMO
 from agent_lattice.workflows._refs import workflow_id_for
@@ -213,6 +213,51 @@ async def test_a_cancel_request_during_a_model_request_is_the_interrupt(make_age
         "assistant",
         "user",
     ]
+
+
+async def test_a_cancel_mid_stream_counts_what_the_request_streamed(make_agent, fake_anthropic):
+    # turn 2's reply streams slowly: its message_start (its input and cache tokens, 1 output
+    # token so far) comes first, its text long after
+    fake_anthropic.set_handler(
+        Script(
+            tool_use("calculator", {"expr": "1+2"}, usage=TURN),
+            slow(text("It is 3. " * 40, usage=TURN), delay=2),
+        )
+    )
+    agent = make_agent(name="cut", tools=[make_calculator()], **PRICED)
+    messages = []
+    starts = 0
+    async for message in agent.query("Add 1 and 2."):
+        messages.append(message)
+        event = getattr(message, "event", None) or {}
+        if event.get("type") == "message_start":
+            starts += 1
+            if starts == 2:  # turn 2 has started streaming: cancel it through Temporal
+                client = make_agent.runtime.client
+                await client.get_workflow_handle(workflow_id_for(agent, 1)).cancel()
+
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "interrupted"
+    # the cut request's tokens count in the result, the index and the cost, like any other
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (2000, 201)
+    assert result.usage.cache_read_input_tokens == 10000
+    cut_usd = (1000 * 3.0 + 1 * 15.0 + 5000 * 0.3) / 1e6
+    assert result.total_cost_usd == pytest.approx(TURN_USD + cut_usd)
+    handle = make_agent.runtime.client.get_workflow_handle(result.workflow_id)
+    assert await closed_as(handle) == WorkflowExecutionStatus.CANCELED
+    assert await indexed(handle) == (
+        "interrupted",
+        12000,
+        201,
+        pytest.approx(TURN_USD + cut_usd),
+    )
+    # the request completed with what it had used; none of its text joined the conversation
+    history = await handle.fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED not in kinds
+    assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED) >= 3  # 2 requests, a tool
+    await replayer().replay_workflow(history)
+    assert [m.role for m in await agent.get_history()] == ["user", "assistant", "user"]
 
 
 async def test_a_cancel_request_while_a_call_waits_for_approval(make_agent, fake_anthropic):

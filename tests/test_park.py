@@ -30,9 +30,13 @@ from agent_lattice.testing import (
 )
 from agent_lattice.worker import LatticePlugin
 from agent_lattice.worker._park import cached_runs, park_after_seconds
-from agent_lattice.worker._sandbox import _DirectContexts
+from agent_lattice.worker._sdk_internals import CachedRun, fast_paths_on
 
 from conftest import Expr
+
+pytestmark = pytest.mark.skipif(
+    not fast_paths_on(), reason="the run_parking fast path is off (LATTICE_SDK_FAST_PATHS=off)"
+)
 
 
 @pytest.fixture
@@ -169,8 +173,8 @@ def test_the_idle_time_is_checked_where_it_is_given(monkeypatch):
 def test_a_run_with_a_pending_local_activity_is_not_parked():
     """An eviction cancels a run's local activities, which then run again on its replay."""
 
-    def instance(*inputs: object) -> _DirectContexts:
-        made = _DirectContexts.__new__(_DirectContexts)
+    def instance(*inputs: object) -> CachedRun:
+        made = CachedRun.__new__(CachedRun)
         pending = {i: SimpleNamespace(_input=v) for i, v in enumerate(inputs)}
         made.globals_and_locals = {
             "__temporal_in_sandbox": SimpleNamespace(
@@ -195,7 +199,6 @@ def test_a_task_that_races_its_runs_parking_starts_no_local_activity(monkeypatch
     the server retries on the replayed run; one that starts none completes as usual."""
     from temporalio.bridge.proto.workflow_activation import WorkflowActivation
     from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
-    from temporalio.worker.workflow_sandbox._runner import _Instance
 
     commands: list[str] = []
 
@@ -205,8 +208,8 @@ def test_a_task_that_races_its_runs_parking_starts_no_local_activity(monkeypatch
             getattr(done.successful.commands.add(), command).SetInParent()
         return done
 
-    monkeypatch.setattr(_Instance, "activate", stepped)
-    made = _DirectContexts.__new__(_DirectContexts)
+    monkeypatch.setattr(CachedRun.__bases__[0], "activate", stepped)  # the SDK's instance
+    made = CachedRun.__new__(CachedRun)
     made.idle_since, made.busy, made.parked = 0.0, False, True
     made._parking = threading.Lock()
     made.globals_and_locals, made.noticed, made.notice = {}, None, None

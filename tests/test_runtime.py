@@ -251,24 +251,22 @@ async def test_serialization_contexts_are_read_directly_and_match_the_sandbox(
     turn); the SDK's sandbox answered each by compiling and running code inside it. Ours reads
     the in-sandbox instance directly: every context it gives is the one the SDK's own path
     gives, for a query with a tool call (activities, queries of its stream, its result)."""
-    from temporalio.worker.workflow_sandbox._runner import _Instance
-
     from agent_lattice.testing import tool_use
-    from agent_lattice.worker import _sandbox
+    from agent_lattice.worker._sdk_internals import CachedRun
 
     from conftest import make_calculator
 
     asked: list[tuple[object, object]] = []
-    direct = _sandbox._DirectContexts.get_serialization_context
+    direct = CachedRun.get_serialization_context
     took_direct_path: list[bool] = []
 
     def both(self, command_info):
-        took_direct_path.append(_sandbox.direct_contexts(self))
+        took_direct_path.append(self.direct())
         ours = direct(self, command_info)
-        asked.append((ours, _Instance.get_serialization_context(self, command_info)))
+        asked.append((ours, super(CachedRun, self).get_serialization_context(command_info)))
         return ours
 
-    monkeypatch.setattr(_sandbox._DirectContexts, "get_serialization_context", both)
+    monkeypatch.setattr(CachedRun, "get_serialization_context", both)
     fake_anthropic.set_handler(Script(tool_use("calculator", {"expr": "2+3"}), text("five")))
     agent = make_agent(name="contexts", tools=[make_calculator()])
     messages = [m async for m in agent.query("add", runtime=make_agent.runtime)]

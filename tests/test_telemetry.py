@@ -478,7 +478,12 @@ def test_an_interrupted_request_counts_the_tokens_it_streamed(env, start_worker,
         out, _ = run.communicate(timeout=60)
     finally:
         run.kill()
-    assert json.loads(out.splitlines()[-1])["subtype"] == "interrupted"
+    result = json.loads(out.splitlines()[-1])
+    assert result["subtype"] == "interrupted"
+    # the result counts them too: one usage figure in the result and the metrics
+    assert result["usage"]["input_tokens"] == 1134
+    assert result["usage"]["cache_read_input_tokens"] == 100
+    assert result["usage"]["output_tokens"] == 1
 
     def counted() -> list[tuple[str, dict[str, str], float]]:
         samples = scrape(port)

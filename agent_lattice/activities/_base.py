@@ -25,7 +25,7 @@ from ._tools import DEFAULT_TOOL_THREADS, ToolThreads
 
 if TYPE_CHECKING:
     from .._agent import Agent
-    from ..worker._registry import AgentRegistry
+    from ._registry import AgentRegistry
 
 
 T = TypeVar("T")

@@ -17,29 +17,37 @@ from .._errors import HistoryStoreError
 from .._history import QueryMirror
 from .._host_member import DurableMessage, host_messages
 from .._loop import text_of
-from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMailbox, TeamMessage, mailbox_id
+from .._mailbox import (
+    FINAL_STATUSES,
+    MessageStatus,
+    MirroringMailbox,
+    TeamMailbox,
+    TeamMessage,
+    mailbox_id,
+)
 from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
 from .._team import team_of
 from .._tools import ToolResult
 from .._transcripts import hydrate, run_transcript
 from .._workspace import Boundary
-from ..client._mailbox import WorkflowMailbox
 from ..workflows._contract import ActivityName, FailureType
-from ..workflows._refs import agent_ref, request_options, workflow_id_for
-from ..workflows._types import (
+from ..workflows._delegation_types import (
     AgentChild,
-    AgentRunInput,
-    AgentRunOutput,
     CallEnded,
     ChildQuery,
     DelegateCallInput,
     DelegatePrepared,
     HandedOff,
     Handoff,
-    Landing,
-    LandInput,
     TeamChild,
     TeamRunInput,
+)
+from ..workflows._refs import agent_ref, request_options, workflow_id_for
+from ..workflows._types import (
+    AgentRunInput,
+    AgentRunOutput,
+    Landing,
+    LandInput,
     ToolCallOutput,
     TraceParent,
 )
@@ -346,7 +354,7 @@ def member_message_id(seed: str) -> str:
 async def mirror(mailbox: TeamMailbox, message: TeamMessage) -> None:
     """The runtime's view of a message into the team's mailbox: sent once (a retried
     activity finds it there), then its status moved on unless it is already final."""
-    if isinstance(mailbox, WorkflowMailbox):  # one signal does all that, no worker waited on
+    if isinstance(mailbox, MirroringMailbox):  # one step (the workflow mailbox's: a signal)
         await mailbox.mirror(message)
         return
     stored = await mailbox.get(message.id)
@@ -360,7 +368,7 @@ async def _settle_message(
     mailbox: TeamMailbox, message_id: str, status: MessageStatus, result: str | None
 ) -> None:
     """End an open message known only by id (a missing or finished one is left alone)."""
-    if isinstance(mailbox, WorkflowMailbox):  # one signal, as for mirror
+    if isinstance(mailbox, MirroringMailbox):  # one step, as for mirror
         await mailbox.settle(message_id, status, result)
         return
     stored = await mailbox.get(message_id)

@@ -16,7 +16,7 @@ from .._compaction import compacted_history, cut_point, summary_request
 from .._hooks import ModelRequestContext
 from .._live_feeds import live_feeds, live_key
 from .._loop import alternating
-from .._messages import ModelMessage
+from .._messages import ModelMessage, Usage
 from .._pricing import request_cost
 from .._skills import skills_prompt
 from .._streaming import StreamSender
@@ -84,8 +84,13 @@ class ModelActivities(ActivitiesBase):
                     message = await _call_model(agent, request, sink, input)
                 except asyncio.CancelledError:  # cut off: what it streamed is paid for
                     cut = streamed.usage
-                    reply.cut_off(cut, request_cost(cut, None, config.model, config.pricing))
-                    raise
+                    cost = request_cost(cut, None, config.model, config.pricing)
+                    reply.cut_off(cut, cost)
+                    if cut is None or not _cancel_requested():
+                        raise
+                    # the workflow asked (an interrupt, a cancel request) and waits for the
+                    # outcome: it gets the paid-for usage, the transcript keeps nothing
+                    return _cut_off(input, cut, cost, config.model)
                 cost = _cost(agent, message)
                 reply.reply(message, cost)
         if tracer.enabled:
@@ -216,6 +221,31 @@ def _output_format(fmt: object) -> dict[str, object] | None:
     if fmt == "json":
         return {"type": "json_schema", "schema": {"type": "object"}}
     return dict(fmt)  # type: ignore[call-overload]
+
+
+def _cancel_requested() -> bool:
+    """Whether the running activity was cancelled because its workflow asked (rather than
+    its worker stopping, its heartbeat timing out, or its run being gone)."""
+    details = activity.cancellation_details()
+    return details is not None and details.cancel_requested
+
+
+def _cut_off(
+    input: ModelCallInput, usage: Usage, cost: float | None, model: str
+) -> ModelCallOutput:
+    """The outcome of a request its workflow cancelled mid-stream: an empty reply carrying
+    what the provider reported so far, marked ``cut_off``. The cancel is swallowed (the
+    task is told it is no longer being cancelled) so the activity completes with it."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return ModelCallOutput(
+        message=ModelMessage(role="assistant", content=[], model=model, usage=usage),
+        request_head=input.head,
+        head=input.head,
+        cost_usd=cost,
+        cut_off=True,
+    )
 
 
 def _system_prompt(agent: Agent) -> str | None:

@@ -21,8 +21,7 @@ from .._team import Team, has_mailbox_tools, team_of
 from .._team_mail import mail_sent, settle_work, work_prompt
 from .._tools import ToolResult
 from ..workflows._contract import ActivityName, FailureType
-from ..workflows._mail_types import LeadMail, MailClaim, MailClaimed, MailNotice, MailSettled
-from ..workflows._types import (
+from ..workflows._delegation_types import (
     AdapterFinished,
     AdapterWork,
     Handoff,
@@ -32,8 +31,9 @@ from ..workflows._types import (
     MemberFinished,
     Report,
     TeamReportInput,
-    TraceParent,
 )
+from ..workflows._mail_types import LeadMail, MailClaim, MailClaimed, MailNotice, MailSettled
+from ..workflows._types import TraceParent
 from ._base import heartbeating, quiet_when_abandoned
 from ._delegation import DelegationActivities, delegation_of, mirror, to_team_stream
 

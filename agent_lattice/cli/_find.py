@@ -28,12 +28,12 @@ from .._errors import ConfigurationError
 from .._messages import ResultSubtype
 from ..client._closed import output_of_close
 from ..client._connection import TemporalConnection
-from ..client._orphans import owner_of
-from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..client._visibility import register_attributes
 from ..worker._encryption import UnknownEncryptionKeyError
+from ..worker._pollers import owner_of
+from ..worker._pollers import queue_served as has_live_worker
 from ..workflows._types import AgentRunOutput
 from ..workflows._visibility import (
     AGENT,

@@ -37,8 +37,8 @@ from ..client._orphans import (
     unrouted_builds,
     until_served,
 )
-from ..client._orphans import queue_served as has_live_worker
 from ..client._runtime import Runtime
+from ..worker._pollers import queue_served as has_live_worker
 from ..worker._worker import resolve_agent
 from ._connect import connection_options
 from ._logs import log_options

@@ -6,28 +6,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import importlib
-import logging
 import sys
 import threading
 import time
 from typing import Any
 
+from ..worker._sdk_internals import quiet_cancelled_evictions
+
 __all__ = ["WORKER_SHUTDOWN_GRACE_S", "WorkerTask", "preload_provider_sdk"]
 
 
-class _QuietCancelledEviction(logging.Filter):
-    """A plain script ends with ``asyncio.run`` cancelling every task, inline workers included;
-    the eviction jobs it cancels are harmless there, so their errors are not shown."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (
-            record.getMessage().startswith("Failed running eviction job")
-            and isinstance(exc, asyncio.CancelledError)
-        )
-
-
-logging.getLogger("temporalio.worker._workflow").addFilter(_QuietCancelledEviction())
+quiet_cancelled_evictions()  # a script's end cancels inline workers' eviction jobs
 
 
 WORKER_SHUTDOWN_GRACE_S = 2.0

@@ -3,112 +3,46 @@
 Inline agents (and ``lattice run`` without a worker) run on a task queue private to their
 process: ``<agent queue>@<host>-<pid>-<tag>`` (``Runtime.task_queue_for``). When that process
 dies, its runs stay RUNNING with nobody polling their queue. A later process adopts such a run
-by polling exactly that queue (and its delegation targets' queues with the same tag).
-
-Liveness rule (``queue_served``): a run is served when a live worker polls its task queue for
-workflow tasks. Temporal lists a poller for minutes after it stopped, so a poller counts as
-live when (a) its last poll is recent: a live idle worker renews its long poll about every
-60 s (measured on the dev server: entries aged up to 58 s before renewal), hence
-``POLLER_FRESH`` = 70 s; and (b) for a lattice worker on this host and in this pid namespace
-(its identity says so: ``worker._plugin.process_identity``), its process exists. So on the
-same host a dead process's runs are orphans at once; any other worker (another host, another
-container of the same host name, an identity of the user's) is judged dead 70 s after its
-last poll.
+by polling exactly that queue (and its delegation targets' queues with the same tag). Whether
+a queue is served, and the workers that serve one, are the worker's (``worker/_pollers``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from temporalio.api.enums.v1 import (
     EventType,
-    TaskQueueKind,
-    TaskQueueType,
     WorkerVersioningMode,
 )
-from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, DescribeTaskQueueResponse
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from .._errors import ConcurrentQueryError
-from .._live_feeds import LIVE_MARK
-from ..worker._plugin import LatticePlugin, lattice_worker, process_identity
-from ..worker._registry import AgentRegistry
+from ..activities._registry import AgentRegistry
+from ..worker._pollers import live_pollers, owner_of, queue_served, serving
 from ..workflows._types import AgentRunInput
-from ._server import pid_alive
 
 if TYPE_CHECKING:
     from .._agent import Agent
 
 __all__ = [
-    "POLLER_FRESH",
     "RunState",
     "UnroutedBuild",
     "adoptable",
     "end_orphan",
     "orphan_hint",
-    "owner_of",
-    "queue_served",
     "run_queues",
     "run_state",
-    "serving",
     "team_may_start",
     "unrouted_builds",
     "until_served",
 ]
 
 T = TypeVar("T")
-
-
-POLLER_FRESH = timedelta(seconds=70)
-# A private queue's process is short-lived: when it dies, the workflow task waiting on its
-# sticky queue moves to the normal queue (where an adopter polls) after this long.
-PRIVATE_STICKY_TIMEOUT = timedelta(seconds=2)
-
-
-def _poller_alive(identity: str, last_access: datetime | None) -> bool:
-    """Judge a listed poller by its last poll, and one of this host's pids by its process."""
-    if last_access is not None and datetime.now(UTC) - last_access > POLLER_FRESH:
-        return False
-    own = identity.partition(LIVE_MARK)[0]  # the live port a worker names is no part of it
-    pid = own.partition("@")[0]
-    if pid.isdigit() and own == process_identity(int(pid)):
-        return pid_alive(int(pid))
-    return True
-
-
-async def _live_pollers(
-    client: Client, task_queue: str
-) -> tuple[DescribeTaskQueueResponse, list[PollerInfo]]:
-    """The task queue as the server describes it, and its live workflow pollers."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    live = []
-    for poller in response.pollers:
-        seen = (
-            poller.last_access_time.ToDatetime(tzinfo=UTC)
-            if poller.HasField("last_access_time")
-            else None
-        )
-        if _poller_alive(poller.identity, seen):
-            live.append(poller)
-    return response, live
-
-
-async def queue_served(client: Client, task_queue: str) -> bool:
-    """Whether a live worker polls ``task_queue`` for workflow tasks (see the module doc)."""
-    return bool((await _live_pollers(client, task_queue))[1])
 
 
 @dataclass(frozen=True)
@@ -126,7 +60,7 @@ async def unrouted_builds(client: Client, task_queue: str) -> list[UnroutedBuild
     workers gets its new runs (Worker Versioning): new runs go to the current version of its
     worker deployment, or to unversioned workers while there is none. Empty when a live
     worker gets them, or when no versioned worker polls."""
-    response, live = await _live_pollers(client, task_queue)
+    response, live = await live_pollers(client, task_queue)
     current = response.versioning_info.current_deployment_version
     routed_to = (current.deployment_name, current.build_id) if current.build_id else None
     builds: dict[tuple[str, str], None] = {}
@@ -144,12 +78,6 @@ async def unrouted_builds(client: Client, task_queue: str) -> list[UnroutedBuild
         UnroutedBuild(name, build_id, routed_to[1] if routed_to else None)
         for name, build_id in builds
     ]
-
-
-def owner_of(task_queue: str) -> str | None:
-    """The process tag (``host-pid-tag``) of a queue private to a process, else None."""
-    base, sep, tag = task_queue.rpartition("@")
-    return tag if sep and base and tag else None
 
 
 def _owner_text(tag: str) -> str:
@@ -308,42 +236,3 @@ async def end_orphan(
                 reason=f"lattice interrupt --force: not ended within {within:g} s"
             )
             return None
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    client: Client,
-    queues: Iterable[str],
-    registry: AgentRegistry,
-    *,
-    workflow_only: Iterable[str] = (),
-) -> AsyncIterator[None]:
-    """Workers on exactly ``queues`` with ``registry``'s agents while the block runs (on
-    ``workflow_only`` queues, no activities are taken).
-
-    An empty registry serves the workflow code only: each activity then fails with
-    ``AgentNotRegistered`` (non-retryable), which is how ``lattice interrupt --force`` ends
-    a run whose definition it does not have."""
-    no_activities = set(workflow_only)
-    workers = [
-        lattice_worker(
-            client,
-            task_queue=queue,
-            plugin=LatticePlugin(registry),
-            sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
-            no_remote_activities=queue in no_activities,
-        )
-        for queue in dict.fromkeys(queues)
-    ]
-    tasks = [asyncio.create_task(worker.run()) for worker in workers]
-    try:
-        yield
-    finally:
-        for worker, task in zip(workers, tasks, strict=True):
-            if not task.done():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(worker.shutdown(), 10)
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task

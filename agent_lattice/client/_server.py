@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .._errors import ConfigurationError, ServerUnreachableError
+from .._processes import pid_alive
 from .._settings import lattice_home, temporal_bin
 from ..workflows._visibility import SEARCH_ATTRIBUTES
 
@@ -121,22 +122,6 @@ def _accepting(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this host) and is not a zombie: a killed server
-    stays one until the process that started it reaps it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc (macOS): existing is all we can tell
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def dev_server_command(

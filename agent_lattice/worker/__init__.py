@@ -1,5 +1,6 @@
 """Build Temporal workers that serve an app's agents, and the converter they share."""
 
+from ..activities._registry import AgentRegistry
 from ._encryption import (
     EncryptionCodec,
     EncryptionKeys,
@@ -7,7 +8,6 @@ from ._encryption import (
     UnknownEncryptionKeyError,
 )
 from ._plugin import LatticePlugin
-from ._registry import AgentRegistry
 from ._worker import create_worker, create_workers
 
 __all__ = [

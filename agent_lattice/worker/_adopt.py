@@ -24,8 +24,8 @@ from temporalio.service import RPCError
 
 from .._agent import Agent
 from .._delegation import delegation_targets
-from ..client._orphans import owner_of, queue_served, serving
-from ._registry import AgentRegistry
+from ..activities._registry import AgentRegistry
+from ._pollers import owner_of, queue_served, serving
 
 __all__ = ["ADOPT_EVERY_S", "adopt_orphans"]
 

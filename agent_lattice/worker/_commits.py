@@ -10,8 +10,9 @@ answered it). Nothing is told before that, so a notice never carries a message a
 take back: not from a replay (told already, or the reader asks), a failed task, or a task the
 core holds while local activities run. A notice lost (a worker killed between the server's
 answer and the send, a caller the worker cannot reach) costs its reader one stream query.
-The SDK has no hook after a completion: the workflow worker's bridge is wrapped, and where the
-SDK keeps it elsewhere the worker goes without notices.
+The SDK has no hook after a completion: this is the ``commit_notices`` fast path of
+``_sdk_internals``, off with the others (``LATTICE_SDK_FAST_PATHS=off``, another temporalio),
+when readers read instead.
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
-from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.worker import Worker
 
 from .._channel_keys import sealed
 from .._streaming import _LOCAL, ChannelRefused, Committed, open_channel
-from ._sandbox import _DirectContexts
+from ._sdk_internals import Notice, tell_when_taken
 
 __all__ = ["send_commit_notices"]
 
@@ -38,62 +37,28 @@ log = logging.getLogger("agent_lattice.worker")
 IDLE_S = 10.0  # a caller's connection closes after this long with nothing to tell
 RETRY_UNREACHABLE_S = 60.0  # a caller's address that could not be reached is left this long
 _CONNECT_TIMEOUT = 2.0
-_ENDING = (  # commands after which a run has no task to tell of
-    "complete_workflow_execution",
-    "fail_workflow_execution",
-    "continue_as_new_workflow_execution",
-    "cancel_workflow_execution",
-)
 
 
 def send_commit_notices(worker: Worker) -> Callable[[], None] | None:
-    """Wrap ``worker``'s bridge so that each run's caller hears what a task published once
-    the server took it; returns what undoes it (None when the SDK keeps it elsewhere)."""
-    workflows = getattr(worker, "_workflow_worker", None)
-    if workflows is None:
-        return None
-    real = getattr(workflows, "_bridge_worker", None)
-    runs = getattr(workflows, "_running_workflows", None)
-    if not callable(real) or not isinstance(runs, dict):
-        log.warning("this temporalio keeps its workflow bridge elsewhere: no commit notices")
-        return None
+    """Each run's caller hears what a task of ``worker``'s published once the server took
+    it; returns what undoes it (None when the fast paths are off)."""
     # with encryption keys, what a run published crosses the network only encrypted: to
     # callers whose channel is sealed under an encryption key's channel key (``e...``)
     channels = _Channels(sealed_only=worker.client.data_converter.payload_codec is not None)
-    bridge = _Bridge(real, runs, channels)
-    setattr(workflows, "_bridge_worker", lambda: bridge)  # noqa: B010 (the SDK's private)
+
+    def tell(notice: Notice, ending: bool) -> None:
+        address, channel, committed = notice
+        channels.send(address, channel, committed, last=ending)
+
+    undone = tell_when_taken(worker, tell)
+    if undone is None:
+        return None
 
     def undo() -> None:
-        setattr(workflows, "_bridge_worker", real)  # noqa: B010
+        undone()
         channels.close()
 
     return undo
-
-
-class _Bridge:
-    """The SDK's bridge worker, which sends a task's notice once the server has taken it."""
-
-    def __init__(self, real: Callable[[], Any], runs: dict[str, Any], channels: _Channels):
-        self._real, self._runs, self._channels = real, runs, channels
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real(), name)
-
-    async def complete_workflow_activation(self, completion: WorkflowActivationCompletion) -> None:
-        instance = getattr(self._runs.get(completion.run_id), "instance", None)
-        notice = None
-        if isinstance(instance, _DirectContexts):
-            notice, instance.notice = instance.notice, None
-        # resolves once the server answered the task's completion (or the core gave it up:
-        # then the run is evicted, and its replay publishes the same messages again)
-        await self._real().complete_workflow_activation(completion)
-        # (a completion the SDK failed after the run stepped, encoding it, tells nothing)
-        if notice is not None and completion.HasField("successful"):
-            address, channel, committed = notice
-            ending = any(
-                c.HasField(field) for c in completion.successful.commands for field in _ENDING
-            )
-            self._channels.send(address, channel, committed, last=ending)
 
 
 class _Channels:

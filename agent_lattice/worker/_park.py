@@ -16,9 +16,10 @@ Temporal guarantees gives the same state: a parked run costs one replay when it 
 memory while it waits. A run with a pending local activity is never parked: an eviction
 cancels local activities, which would then run again.
 
-The SDK (temporalio 1.35.x, pinned) offers eviction on its bridge worker and keeps a worker's
-runs in its workflow worker; both are private there, so where they are not, runs are not
-parked and a warning says so once. ``tests/test_park.py`` covers the path.
+The SDK offers eviction on its bridge worker and keeps a worker's runs in its workflow worker;
+both are private there: this is the ``run_parking`` fast path of ``_sdk_internals``, off with
+the others (``LATTICE_SDK_FAST_PATHS=off``, another temporalio), when runs are not parked.
+``tests/test_park.py`` covers the path.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from temporalio.worker import Worker
 
 from .. import _settings
 from .._errors import ConfigurationError
-from ._sandbox import _DirectContexts
+from ._sdk_internals import cached_runs as _cached
+from ._sdk_internals import evict
 
 __all__ = [
     "DEFAULT_PARK_AFTER",
@@ -64,25 +66,10 @@ def park_after_seconds(value: float | None) -> float:
     return value
 
 
-def _runs(worker: Worker) -> tuple[dict[str, Any], Any] | None:
-    """The worker's cached runs (run id to the SDK's running workflow) and its bridge worker,
-    or None when the SDK keeps them elsewhere."""
-    workflows = getattr(worker, "_workflow_worker", None)
-    if workflows is None:  # a worker with no workflows: nothing to park
-        return None
-    runs = getattr(workflows, "_running_workflows", None)
-    bridge = getattr(worker, "_bridge_worker", None)
-    evict = getattr(bridge, "request_workflow_eviction", None)
-    if not isinstance(runs, dict) or evict is None:
-        log.warning("this temporalio keeps its cached runs elsewhere: idle runs are not parked")
-        return None
-    return runs, bridge
-
-
 def cached_runs(worker: Worker) -> set[str]:
-    """The run ids ``worker`` holds in its workflow cache now."""
-    found = _runs(worker)
-    return set(found[0]) if found is not None else set()
+    """The run ids ``worker`` holds in its workflow cache now (empty when that cannot be
+    told: the fast paths are off)."""
+    return set(_cached(worker) or {})
 
 
 def _meter(worker: Worker) -> Any:
@@ -96,10 +83,8 @@ async def park_idle_runs(worker: Worker, after: float) -> None:
     """Evict ``worker``'s runs idle for ``after`` seconds, until cancelled."""
     if math.isinf(after):
         return
-    found = _runs(worker)
-    if found is None:
-        return
-    runs, bridge = found
+    if not worker.config(active_config=True).get("workflows") or _cached(worker) is None:
+        return  # no workflows to cache, or the fast paths are off
     parked = _meter(worker).create_counter(
         PARKED_RUNS, "Runs evicted from the workflow cache after waiting idle"
     )
@@ -107,7 +92,7 @@ async def park_idle_runs(worker: Worker, after: float) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            count = _park(runs, bridge, time.monotonic() - after)
+            count = _park(worker, time.monotonic() - after)
         except Exception:  # parking saves memory; the worker goes on without it
             log.warning("parking idle runs failed: they stay cached", exc_info=True)
             return
@@ -116,11 +101,10 @@ async def park_idle_runs(worker: Worker, after: float) -> None:
             log.debug("parked %d idle runs", count)
 
 
-def _park(runs: dict[str, Any], bridge: Any, cutoff: float) -> int:
+def _park(worker: Worker, cutoff: float) -> int:
     count = 0
-    for run_id, running in list(runs.items()):
-        instance = getattr(running, "instance", None)
-        if isinstance(instance, _DirectContexts) and instance.park(cutoff):
-            bridge.request_workflow_eviction(run_id)  # once: the eviction ends its entry
+    for run_id, run in (_cached(worker) or {}).items():
+        if run.park(cutoff):
+            evict(worker, run_id)
             count += 1
     return count

@@ -10,13 +10,8 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from ._budget import budget_of
     from ._budget_types import Bank
-    from ._types import (
-        AgentRunInput,
-        AgentRunOutput,
-        ChildQuery,
-        TeamChild,
-        TeamRunInput,
-    )
+    from ._delegation_types import ChildQuery, TeamChild, TeamRunInput
+    from ._types import AgentRunInput, AgentRunOutput
     from ._visibility import PROMPT_MEMO, prompt_line, start_attributes
 
 __all__ = ["signal_quietly", "start_child", "start_query"]

@@ -25,20 +25,22 @@ from .._mailbox import TeamMessage
 from .._messages import ErrorKind, ResultMessage, ToolResultBlock
 from ._approval_types import InputProblem, ToolInputCheck
 from ._budget_types import SpendReport, Statement
+from ._delegation_types import (
+    DelegateCallInput,
+    DelegatePrepared,
+    Handoff,
+    MailboxMirrorInput,
+    Report,
+    TeamReportInput,
+)
 from ._mail_types import LeadMail, MailClaim, MailClaimed, MailSettled
 from ._types import (
     ActivitySettings,
     CompactInput,
     CompactOutput,
-    DelegateCallInput,
-    DelegatePrepared,
-    Handoff,
     LandInput,
-    MailboxMirrorInput,
     ModelCallInput,
     ModelCallOutput,
-    Report,
-    TeamReportInput,
     ToolCallInput,
     ToolCallOutput,
     ToolResultsHookInput,
@@ -135,6 +137,8 @@ class FailureType(StrEnum):
     MEMBER_BUSY = "MemberBusy"
     # a decision on an approval request was refused (an ApprovalError for its caller)
     APPROVAL_REFUSED = "ApprovalError"
+    # a steer the run cannot take (it is ending, or the text is not one): False for its caller
+    STEER_REFUSED = "SteerRefused"
     # a delegated run's history store, bound to fail_on_error, failed: the run stops
     HISTORY_STORE_ERROR = "HistoryStoreError"
 

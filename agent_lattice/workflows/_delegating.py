@@ -25,17 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from ._failures import error_info
     from ._mail_types import LeadMail
     from ._outcomes import wait_condition
-    from ._types import (
-        AgentRunInput,
-        AgentRunOutput,
-        CallEnded,
-        ChildQuery,
-        DelegateCallInput,
-        HandedOff,
-        Report,
-        ToolCallInput,
-        ToolCallOutput,
-    )
+    from ._types import AgentRunInput, AgentRunOutput, ToolCallInput, ToolCallOutput
+from ._delegation_types import CallEnded, ChildQuery, DelegateCallInput, HandedOff, Report
 
 
 class Delegating:

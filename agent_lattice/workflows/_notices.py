@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
+from temporalio.contrib.workflow_streams import WorkflowStream
 
 __all__ = ["MESSAGES_TOPIC", "CommitSource"]
 
@@ -34,11 +34,7 @@ class CommitSource:
         """The stream's length: the offset after its last message."""
         return self._published
 
-    def published_from(self, offset: int) -> PollResult:
-        """The messages from ``offset``, as the stream's poll query returns them (a read of
-        the run's state: no command, nothing changed)."""
-        # the stream's own batching (wire form, the ~1 MB cap); private to the contrib module,
-        # whose version the pin in pyproject.toml holds; the worker goes without notices if
-        # it moves (worker/_commits)
-        collect = getattr(self._stream, "_collect_batch")  # noqa: B009
-        return collect(PollInput(topics=[MESSAGES_TOPIC], from_offset=offset))
+    def notice_stream(self) -> WorkflowStream:
+        """The run's stream, whose messages from an offset the worker reads (a read of the
+        run's state: no command, nothing changed; ``worker/_sdk_internals.stream_batch``)."""
+        return self._stream
