@@ -462,7 +462,7 @@ def _demo_queues() -> set[str]:
             sys.executable,
             "-c",
             "from agent_lattice.worker._worker import app_agents, load_app\n"
-            "from agent_lattice._delegation import delegation_targets\n"
+            "from agent_lattice.teams._delegation import delegation_targets\n"
             "agents = app_agents(load_app('app.py')).values()\n"
             "print(' '.join(sorted(a.task_queue for a in delegation_targets(list(agents)))))",
         ],
