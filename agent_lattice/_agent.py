@@ -360,9 +360,18 @@ class Agent:
 
     @property
     def task_queue(self) -> str:
-        """The queue its queries run on: the ``task_queue`` option, else one derived from the
-        definition (``LATTICE_TASK_QUEUE_PREFIX`` prepended, so test runs stay apart)."""
-        return self.config.task_queue or f"{_settings.task_queue_prefix()}lattice.{self.key}"
+        """The queue its queries run on: the ``task_queue`` option, else ``lattice.<name>``
+        (``LATTICE_TASK_QUEUE_PREFIX`` prepended, so test runs stay apart): the same when the
+        prompt, model or tools change (a worker refuses a run of another definition by key)."""
+        return self.config.task_queue or f"{_settings.task_queue_prefix()}lattice.{self.name}"
+
+    @property
+    def definition_queue(self) -> str:
+        """``lattice.<name>.<fingerprint>``: the queue of this very definition. The base of the
+        queues private to a process (``<definition queue>@<process>``, so an adopter serves only
+        runs of its own definition), and the shared queue runs started before queue names
+        became stable are on (a ``lattice worker`` of this definition still serves them)."""
+        return f"{_settings.task_queue_prefix()}lattice.{self.key}"
 
     @property
     def tools(self) -> tuple[ToolDefinition[Any], ...]:

@@ -24,17 +24,21 @@ __all__ = [
     "encryption_keys",
     "encryption_keys_file",
     "encryption_strict",
+    "health_port",
     "inline_limit",
     "inline_workers",
     "lattice_home",
     "log_format",
     "log_level",
     "metrics_port",
+    "model_api_key",
     "otel",
     "park_after",
     "reconnect_s",
+    "secret",
     "service_name",
     "stream_host",
+    "stream_port",
     "task_queue_prefix",
     "temporal_bin",
     "transcript_cache_mb",
@@ -69,14 +73,60 @@ def inline_limit() -> int:
 
 
 def transcript_dsn() -> str | None:
-    """``LATTICE_TRANSCRIPT_DSN``: a Postgres store shared by several hosts (else SQLite)."""
-    return os.environ.get("LATTICE_TRANSCRIPT_DSN") or None
+    """``LATTICE_TRANSCRIPT_DSN`` (or ``LATTICE_TRANSCRIPT_DSN_FILE``, a file holding it): a
+    Postgres store shared by several hosts (else SQLite)."""
+    return secret("LATTICE_TRANSCRIPT_DSN")
+
+
+def model_api_key() -> str | None:
+    """``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_API_KEY_FILE``, a file holding it): the model
+    provider's key where an agent gives none, read by the worker that calls the model."""
+    return secret("ANTHROPIC_API_KEY")
+
+
+def secret(name: str) -> str | None:
+    """A secret setting: variable ``name``, or the contents of the file that ``<name>_FILE``
+    names (a mounted secret: nothing in the environment), stripped; one of the two, not both.
+    None when neither is set; a ConfigurationError naming the file it cannot read."""
+    given = os.environ.get(name, "").strip()
+    path = os.environ.get(f"{name}_FILE", "").strip()
+    if given and path:
+        raise ConfigurationError(f"set {name} or {name}_FILE, not both")
+    if not path:
+        return given or None
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ConfigurationError(f"{name}_FILE={path}: cannot read it ({err.strerror})") from None
+    if not value:
+        raise ConfigurationError(f"{name}_FILE={path}: the file is empty")
+    return value
 
 
 def stream_host() -> str:
     """``LATTICE_STREAM_HOST`` (default 127.0.0.1): where live token events are received
     (by a query's caller) and served (by a worker, to attached readers)."""
     return os.environ.get("LATTICE_STREAM_HOST", "127.0.0.1")
+
+
+def stream_port() -> int | None:
+    """``LATTICE_STREAM_PORT``: the fixed ports of the live side channel, so that a network
+    policy can name them. A worker serves attached readers its live tokens on this port; a
+    query's caller takes the workers' tokens on the next one (port + 1). None when unset: each
+    listener takes a free port."""
+    raw = os.environ.get("LATTICE_STREAM_PORT", "").strip()
+    if not raw:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65535:
+        raise ConfigurationError(
+            f"LATTICE_STREAM_PORT={raw!r} is not a port number from 1 to 65534 (a caller "
+            "listens on the next one)"
+        )
+    return port
 
 
 def live_feeds() -> bool:
@@ -229,15 +279,27 @@ def bash_sandbox() -> str:
 def metrics_port() -> int | None:
     """``LATTICE_METRICS_PORT``: serve this process's metrics for Prometheus on that port (every
     interface), or None when unset."""
-    raw = os.environ.get("LATTICE_METRICS_PORT", "").strip()
+    return _port("LATTICE_METRICS_PORT")
+
+
+def health_port() -> int | None:
+    """``LATTICE_HEALTH_PORT``: a worker serves ``/livez`` and ``/readyz`` for probes on that
+    port (every interface; ``worker/_health``), or None when unset."""
+    return _port("LATTICE_HEALTH_PORT")
+
+
+def _port(name: str) -> int | None:
+    """The port number variable ``name`` holds, None when unset; a ConfigurationError naming
+    it when it holds no port number."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
         return None
     try:
         port = int(raw)
     except ValueError:
-        raise ConfigurationError(f"LATTICE_METRICS_PORT={raw!r} is not a port number") from None
+        raise ConfigurationError(f"{name}={raw!r} is not a port number") from None
     if not 0 < port < 65536:
-        raise ConfigurationError(f"LATTICE_METRICS_PORT={raw!r} is not a port number")
+        raise ConfigurationError(f"{name}={raw!r} is not a port number")
     return port
 
 

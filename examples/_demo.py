@@ -1,6 +1,7 @@
 """Model settings for the examples: the real provider when a key is set, else a scripted fake.
 
-With ``ANTHROPIC_API_KEY`` set, examples call the real model (``LATTICE_MODEL`` picks it,
+With ``ANTHROPIC_API_KEY`` set (or a key in the file ``ANTHROPIC_API_KEY_FILE`` names, the
+deploy kit's mounted secret), examples call the real model (``LATTICE_MODEL`` picks it,
 ``ANTHROPIC_BASE_URL`` any Anthropic-compatible endpoint such as DeepSeek's). Without a key
 they start ``agent_lattice.testing.FakeAnthropicServer`` with the example's script, and say so.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from agent_lattice.testing import FakeAnthropicServer, Handler
@@ -24,6 +26,9 @@ def model_options(example: str, fake: Handler) -> dict[str, Any]:
             "base_url": os.environ.get("ANTHROPIC_BASE_URL"),
             "model": model,
         }
+    key_file = os.environ.get("ANTHROPIC_API_KEY_FILE")
+    if key_file and Path(key_file).read_text().strip():  # a mounted secret: the worker reads it
+        return {"base_url": os.environ.get("ANTHROPIC_BASE_URL"), "model": model}
     server = FakeAnthropicServer(fake).start()
     print(
         f"{example}: ANTHROPIC_API_KEY is not set, so a scripted fake model answers "

@@ -1,159 +1,77 @@
-"""The deployment files under deploy/ agree with the code, without Docker (no daemon here).
+"""The deployment files under deploy/ agree with the code and with each other.
 
-They parse; every environment variable they give a lattice process is one the code reads;
-the commands they run exist with the flags they pass; grace periods outlast the worker's
-shutdown timeout; secrets come from outside; the references between the files hold.
+Every environment variable they give a lattice process is one the code reads; the commands
+they run exist with the flags they pass; grace periods outlast the worker's shutdown timeout;
+every secret is a file, mounted where its ``_FILE`` setting points; compose starts its
+services in order; the Kubernetes builds differ only by build, scale on their agents' queues
+and name the ports the code listens on. (tests/test_deploy_checks.py validates the files with
+the operators' tools; tests/test_deploy_smoke.py runs their commands.)
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import re
-import shlex
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
-import yaml
+from deploy_kit import (
+    DEPLOY,
+    ROOT,
+    build_args,
+    built,
+    compose,
+    config_map,
+    container_env,
+    dockerfile,
+    dockerfile_env,
+    exec_form,
+    instruction,
+    interpolated,
+    k8s,
+    lattice_containers,
+    lattice_services,
+    pod_specs,
+    service_env,
+)
 from temporalio.envconfig import ClientConfigProfile
 
+from agent_lattice import _settings
 from agent_lattice.cli import app
 
 from conftest import parse_sources
 
-ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "deploy"
-IMAGE = "agent-lattice-worker"  # the image deploy/Dockerfile builds (any registry, any tag)
-
-# Settings and commands of this release that other parts of it read (TLS through
-# temporalio.envconfig, payload encryption, the codec server), merged separately: the files
-# already use them. The test fails while a name here is read, so the set cannot go stale:
-# empty it once those parts are in.
-PENDING_NAMES: set[str] = set()
-PENDING_COMMANDS: set[str] = set()
-PENDING_EXTRAS: set[str] = set()
 # read by the Python interpreter itself
-INTERPRETER = {"PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"}
-
-# -- reading the files -------------------------------------------------------------------
-
-
-def dockerfile() -> list[tuple[str, str]]:
-    """The Dockerfile's instructions as (INSTRUCTION, arguments), continuations joined."""
-    instructions: list[tuple[str, str]] = []
-    pending = ""
-    for line in (DEPLOY / "Dockerfile").read_text().splitlines():
-        stripped = line.strip()
-        if not pending and (not stripped or stripped.startswith("#")):
-            continue
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        word, _, rest = (pending + stripped).partition(" ")
-        instructions.append((word.upper(), rest.strip()))
-        pending = ""
-    assert not pending, "the Dockerfile ends inside a continued line"
-    return instructions
-
-
-def instruction(name: str) -> list[str]:
-    return [args for word, args in dockerfile() if word == name]
-
-
-def exec_form(args: str) -> list[str]:
-    """An instruction's JSON (exec) form; a shell form would not get SIGTERM as PID 1."""
-    value = json.loads(args)
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
-    return value
-
-
-def build_args() -> dict[str, str]:
-    return dict(a.split("=", 1) for a in instruction("ARG") if "=" in a)
-
-
-def dockerfile_env() -> dict[str, str]:
-    """The image's ENV (KEY=VALUE pairs, several to an instruction)."""
-    return {
-        key: value
-        for args in instruction("ENV")
-        for key, _, value in (item.partition("=") for item in shlex.split(args))
-    }
-
-
-def compose() -> dict[str, Any]:
-    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
-
-
-def k8s() -> list[dict[str, Any]]:
-    docs = []
-    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
-
-
-def of_kind(kind: str) -> list[dict[str, Any]]:
-    return [d for d in k8s() if d["kind"] == kind]
-
-
-def lattice_services() -> dict[str, dict[str, Any]]:
-    """The compose services that run the worker image."""
-    return {
-        name: s
-        for name, s in compose()["services"].items()
-        if s.get("image", "").split(":")[0].endswith(IMAGE)
-    }
-
-
-def lattice_containers() -> list[dict[str, Any]]:
-    return [
-        c
-        for d in of_kind("Deployment")
-        for c in d["spec"]["template"]["spec"]["containers"]
-        if c["image"].rsplit(":", 1)[0].endswith(IMAGE)
-    ]
-
-
-def service_env(service: dict[str, Any]) -> dict[str, str]:
-    env = service.get("environment") or {}
-    if isinstance(env, list):
-        env = dict(item.split("=", 1) for item in env)
-    return {k: str(v) for k, v in env.items()}
-
-
-def container_env_names(container: dict[str, Any]) -> set[str]:
-    names = {e["name"] for e in container.get("env", [])}
-    maps = {d["metadata"]["name"]: d for d in of_kind("ConfigMap")}
-    for source in container.get("envFrom", []):
-        names |= set(maps[source["configMapRef"]["name"]]["data"])
-    return names
-
+INTERPRETER = {"PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PATH"}
+SECRET = re.compile(r"PASSWORD|PWD|API_KEY|KEYS|DSN|TOKEN")
 
 # -- what the code reads -----------------------------------------------------------------
 
 
 def _source_constants() -> set[str]:
-    """Every string constant of the package that looks like an environment variable name:
-    what it passes to os.environ (docstrings and messages are sentences, never one)."""
+    """Every string constant of the package that looks like an environment variable name
+    (what it passes to os.environ; docstrings and messages are sentences, never one), and the
+    ``<NAME>_FILE`` form of every secret it reads with ``_settings.secret("<NAME>")``."""
     trees = parse_sources((ROOT / "agent_lattice").rglob("*.py"))
-    return {
-        node.value
-        for tree in trees.values()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and re.fullmatch(r"[A-Z][A-Z0-9_]+", node.value)
-    }
-
-
-def _uses_envconfig() -> bool:
-    return any(
-        "temporalio.envconfig" in p.read_text() for p in (ROOT / "agent_lattice").rglob("*.py")
-    )
+    names: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if re.fullmatch(r"[A-Z][A-Z0-9_]+", node.value):
+                    names.add(node.value)
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "secret"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                names.add(f"{node.args[0].value}_FILE")
+    return names
 
 
 def _envconfig_reads(name: str) -> bool:
@@ -167,12 +85,11 @@ def _envconfig_reads(name: str) -> bool:
 @pytest.fixture(scope="module")
 def reads():
     constants = _source_constants()
-    envconfig = _uses_envconfig()
 
     def read(name: str) -> bool:
         if name in INTERPRETER or name in constants:
             return True
-        return name.startswith("TEMPORAL_") and envconfig and _envconfig_reads(name)
+        return name.startswith("TEMPORAL_") and _envconfig_reads(name)
 
     return read
 
@@ -186,11 +103,9 @@ def flags(command: Any) -> set[str]:
     return {o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
 
 
-# -- the tests -----------------------------------------------------------------------------
-
-
-def test_every_environment_variable_given_to_a_lattice_process_is_one_the_code_reads(reads):
-    given: dict[str, str] = {}  # name -> where
+def _given() -> dict[str, str]:
+    """Every variable the files give a lattice process -> where."""
+    given: dict[str, str] = {}
     for name in dockerfile_env():
         given[name] = "deploy/Dockerfile"
     entrypoint = (DEPLOY / "entrypoint.sh").read_text()
@@ -200,14 +115,20 @@ def test_every_environment_variable_given_to_a_lattice_process_is_one_the_code_r
         for name in service_env(spec):
             given[name] = f"compose service {service}"
     for container in lattice_containers():
-        for name in container_env_names(container):
+        for name in container_env(container):
             given[name] = f"k8s container {container['name']}"
-    assert {"TEMPORAL_ADDRESS", "LATTICE_TRANSCRIPT_DSN", "LATTICE_STREAM_HOST"} <= set(given)
-    unread = {name for name in given if not reads(name)}
-    assert unread - PENDING_NAMES == set(), {n: given[n] for n in unread - PENDING_NAMES}
-    assert PENDING_NAMES - unread == set(), (
-        f"now read by the code, remove from PENDING_NAMES: {PENDING_NAMES - unread}"
-    )
+    return given
+
+
+# -- the tests -----------------------------------------------------------------------------
+
+
+def test_every_environment_variable_given_to_a_lattice_process_is_one_the_code_reads(reads):
+    given = _given()
+    assert {"TEMPORAL_ADDRESS", "LATTICE_TRANSCRIPT_DSN_FILE", "LATTICE_STREAM_HOST"} <= set(given)
+    assert {"LATTICE_HEALTH_PORT", "LATTICE_STREAM_PORT", "ANTHROPIC_API_KEY_FILE"} <= set(given)
+    unread = {name: where for name, where in given.items() if not reads(name)}
+    assert unread == {}
     guide = (DEPLOY / "README.md").read_text()
     undocumented = {n for n in set(given) - INTERPRETER if not re.search(rf"\b{n}\b", guide)}
     assert not undocumented, f"deploy/README.md does not say what these are: {undocumented}"
@@ -215,7 +136,9 @@ def test_every_environment_variable_given_to_a_lattice_process_is_one_the_code_r
 
 def test_the_checker_tells_a_name_the_code_reads_from_one_it_does_not(reads):
     assert reads("LATTICE_TRANSCRIPT_DSN") and reads("LATTICE_BUILD_ID")
+    assert reads("LATTICE_TRANSCRIPT_DSN_FILE") and reads("ANTHROPIC_API_KEY_FILE")
     assert not reads("LATTICE_TRANSCRIPTS_DSN") and not reads("TEMPORAL_ADRESS")
+    assert not reads("LATTICE_BUILD_ID_FILE")  # a _FILE form only where the code has one
 
 
 def _lattice_commands() -> list[tuple[str, list[str]]]:
@@ -230,39 +153,38 @@ def _lattice_commands() -> list[tuple[str, list[str]]]:
 
 def test_the_commands_the_files_run_exist_with_the_flags_they_pass():
     group = cli()
-    missing = set()
+    ran = set()
     for where, args in _lattice_commands():
-        if args[0] in PENDING_COMMANDS and args[0] not in group.commands:
-            missing.add(args[0])
-            continue
         assert args[0] in group.commands, f"{where}: no command `lattice {args[0]}`"
         unknown = {a.split("=")[0] for a in args if a.startswith("-")} - flags(
             group.commands[args[0]]
         )
         assert not unknown, f"{where}: `lattice {args[0]}` has no {unknown}"
-    assert missing == PENDING_COMMANDS - set(group.commands), (
-        f"now commands of the CLI, remove from PENDING_COMMANDS: {PENDING_COMMANDS - missing}"
-    )
+        ran.add(args[0])
+    assert {"worker", "setup", "codec-server"} <= ran  # every piece is deployed
 
 
-def test_the_image_runs_lattice_worker_on_an_app_that_has_agents():
+def test_the_image_runs_lattice_worker_and_its_app_only_when_asked():
     entrypoint = exec_form(instruction("ENTRYPOINT")[-1])
     script = (DEPLOY / "entrypoint.sh").read_text()
     copied = [args.split() for args in instruction("COPY") if "entrypoint.sh" in args]
     assert copied and copied[0][-1] == f"/usr/local/bin/{entrypoint[0]}", copied
     assert script.startswith("#!/bin/sh") and 'exec lattice "$@"' in script
     assert exec_form(instruction("CMD")[-1])[:2] == ["worker", "app.py"]
-    # `lattice worker` is a real command of the installed package
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_lattice.cli", "worker", "--help"],
+    assert instruction("WORKDIR")[-1] == "/app"
+    # without APP_DIR the image has no app: serving it says how to build one in
+    default = ROOT / build_args()["APP_DIR"] / "app.py"
+    refused = subprocess.run(
+        [sys.executable, "-m", "agent_lattice.cli", "worker", "app.py"],
+        cwd=default.parent,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and "--shutdown-timeout" in done.stdout, done.stderr
-    # the default app (APP_DIR, copied to the WORKDIR) exists and serves agents
-    app_dir = ROOT / build_args()["APP_DIR"]
-    assert instruction("WORKDIR")[-1] == "/app" and (app_dir / "app.py").is_file()
+    assert refused.returncode != 0 and "--build-arg APP_DIR=" in refused.stderr, refused.stderr
+    # compose asks for the demo app, which serves agents
+    args = lattice_services()["worker"]["build"]["args"]
+    demo = ROOT / interpolated(args["APP_DIR"])
     listed = subprocess.run(
         [
             sys.executable,
@@ -270,7 +192,7 @@ def test_the_image_runs_lattice_worker_on_an_app_that_has_agents():
             "from agent_lattice.worker._worker import app_agents, load_app; "
             "print(sorted(app_agents(load_app('app.py'))))",
         ],
-        cwd=app_dir,
+        cwd=demo,
         capture_output=True,
         text=True,
         timeout=60,
@@ -278,11 +200,10 @@ def test_the_image_runs_lattice_worker_on_an_app_that_has_agents():
     assert listed.returncode == 0 and "assistant" in listed.stdout, listed.stderr
 
 
-def test_the_image_is_slim_runs_as_a_user_and_probes_the_metrics_endpoint():
+def test_the_image_is_slim_runs_as_a_user_and_probes_the_health_endpoint():
     stages = instruction("FROM")
-    assert len(stages) == 2 and all(
-        re.match(r"python:\$\{PYTHON_VERSION\}-slim", s) for s in stages
-    )
+    assert len(stages) == 2 and all(s.startswith("python:${PYTHON_TAG}") for s in stages)
+    assert build_args()["PYTHON_TAG"].endswith("-slim")
     words = [word for word, _ in dockerfile()]
     user = instruction("USER")[-1]
     assert user not in ("root", "0") and words.index("USER") > max(
@@ -290,12 +211,50 @@ def test_the_image_is_slim_runs_as_a_user_and_probes_the_metrics_endpoint():
     ), "the image must not run as root"
     health = instruction("HEALTHCHECK")[-1]
     probe = exec_form(health[health.index("CMD") + 3 :].strip())
-    assert "/metrics" in probe[-1] and "LATTICE_METRICS_PORT" in probe[-1]
-    port = dockerfile_env()["LATTICE_METRICS_PORT"]
-    assert instruction("EXPOSE") == [port]
-    # the worker serves that endpoint on that port (the metrics option reads the variable)
-    option = next(p for p in cli().commands["worker"].params if p.name == "metrics_port")
-    assert "LATTICE_METRICS_PORT" in (option.help or "")
+    assert "/livez" in probe[-1] and "LATTICE_HEALTH_PORT" in probe[-1]
+    env = dockerfile_env()
+    stream = int(env["LATTICE_STREAM_PORT"])
+    ports = {env["LATTICE_METRICS_PORT"], env["LATTICE_HEALTH_PORT"], str(stream), str(stream + 1)}
+    assert set(instruction("EXPOSE")[-1].split()) == ports
+
+
+def test_the_image_installs_the_lock_and_nothing_else():
+    """The image's Python environment is deploy/requirements.lock, hash-checked, through
+    deploy/install-env.sh; the lock covers the worker's extras, not dev or test."""
+    steps = dockerfile()
+    stages = [i for i, (word, _) in enumerate(steps) if word == "FROM"]
+    build = [args for _, args in steps[stages[0] : stages[1]]]
+    assert any("deploy/install-env.sh /opt/lattice" in args for args in build), build
+    installer = (DEPLOY / "install-env.sh").read_text()
+    assert "--require-hashes" in installer and "--no-index" in installer
+    assert 'pip" check' in installer
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    lock_sh = (DEPLOY / "lock.sh").read_text()
+    extras = set(re.search(r'^extras="([^"]+)"', lock_sh, re.M)[1].split())
+    assert extras <= set(pyproject["project"]["optional-dependencies"])
+    assert extras >= {"postgres", "encryption"} and not extras & {"dev", "test"}
+    pinned = {
+        m[1].lower().replace("_", "-")
+        for m in re.finditer(
+            r"^([A-Za-z0-9_.-]+)==", (DEPLOY / "requirements.lock").read_text(), re.M
+        )
+    }
+    wanted = [*pyproject["project"]["dependencies"], *pyproject["build-system"]["requires"]]
+    for extra in extras:
+        wanted += pyproject["project"]["optional-dependencies"][extra]
+    names = {
+        re.split(r"[\s\[<>=~!;]", req, maxsplit=1)[0].lower().replace("_", "-") for req in wanted
+    }
+    assert names <= pinned, names - pinned
+    for args in instruction("COPY"):
+        if "--from=" in args:
+            continue
+        *sources, _ = [a for a in args.split() if not a.startswith("--")]
+        for source in sources:
+            path = re.sub(r"\$\{(\w+)\}", lambda m: build_args()[m.group(1)], source)
+            assert (ROOT / path).exists(), f"COPY {source}: not in the repository"
+    ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
+    assert {".venv", "deploy/.env", "deploy/secrets"} <= set(ignored)
 
 
 def test_the_worker_image_ships_the_bash_sandbox_and_requires_it():
@@ -313,26 +272,6 @@ def test_the_worker_image_ships_the_bash_sandbox_and_requires_it():
     assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= options
 
 
-def test_the_image_installs_a_worker_s_extras_and_copies_what_exists():
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    extras = set(pyproject["project"]["optional-dependencies"])
-    wanted = set(build_args()["EXTRAS"].split(","))
-    assert {"postgres"} <= wanted and not wanted & {"dev", "test"}
-    assert wanted - extras <= PENDING_EXTRAS, f"no such extras: {wanted - extras}"
-    assert not PENDING_EXTRAS & extras, (
-        f"now extras of the package, remove from PENDING_EXTRAS: {PENDING_EXTRAS & extras}"
-    )
-    for args in instruction("COPY"):
-        if "--from=" in args:
-            continue
-        *sources, _ = [a for a in args.split() if not a.startswith("--")]
-        for source in sources:
-            path = re.sub(r"\$\{(\w+)\}", lambda m: build_args()[m.group(1)], source)
-            assert (ROOT / path).exists(), f"COPY {source}: not in the repository"
-    ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
-    assert ".venv" in ignored and "deploy/.env" in ignored
-
-
 def _shutdown_timeout(args: list[str]) -> float:
     if "--shutdown-timeout" in args:
         return float(args[args.index("--shutdown-timeout") + 1])
@@ -344,91 +283,225 @@ def test_grace_periods_outlast_the_worker_s_graceful_shutdown():
     worker = compose()["services"]["worker"]
     grace = int(re.fullmatch(r"(\d+)s", worker["stop_grace_period"]).group(1))
     assert grace > _shutdown_timeout(worker["command"])
-    for deployment in of_kind("Deployment"):
+    deployments = [
+        d for d in k8s("Deployment") if d["metadata"]["name"].startswith("lattice-worker")
+    ]
+    assert len(deployments) == 2
+    for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
-        for container in pod["containers"]:
-            if container["args"][0] == "worker":
-                assert pod["terminationGracePeriodSeconds"] > _shutdown_timeout(container["args"])
+        (container,) = pod["containers"]
+        assert container["args"][0] == "worker"
+        assert pod["terminationGracePeriodSeconds"] > _shutdown_timeout(container["args"])
 
 
-def test_compose_wires_its_services_together():
-    spec = compose()
-    services = spec["services"]
+def _tested_server() -> tuple[str, str]:
+    """The Temporal server and UI versions of the dev server the tests run."""
+    from agent_lattice.client._server import temporal_binary
+
+    out = subprocess.run([temporal_binary(), "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"Server ([\d.]+), UI ([\d.]+)", out)
+    assert found, out
+    return found[1], found[2]
+
+
+def test_compose_runs_the_tested_temporal_and_starts_its_services_in_order():
+    services = compose()["services"]
     for name, service in services.items():  # third-party images pinned
         image = service["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: pin {image}"
-    for name, service in lattice_services().items():
-        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}, name
-        address = service_env(service).get("TEMPORAL_ADDRESS", "temporal:7233")
-        assert address.split(":")[0] in services
-    # the UI's codec endpoint is the codec server's published port, the codec server allows
-    # the UI's origin, and it listens beyond the container's loopback
-    ui = service_env(services["temporal-ui"])
-    ui_port = services["temporal-ui"]["ports"][0].split(":")[-2]
-    codec = services["codec-server"]
-    command = codec["command"]
-    codec_port = codec["ports"][0].split(":")[-2]
-    assert ui["TEMPORAL_CODEC_ENDPOINT"] == f"http://localhost:{codec_port}"
-    assert command[command.index("--port") + 1] == codec["ports"][0].split(":")[-1]
-    assert command[command.index("--cors-origin") + 1] == f"http://localhost:{ui_port}"
-    assert command[command.index("--host") + 1] == "0.0.0.0"
-    # beyond its loopback it says how it tells callers apart (else it refuses to start)
-    assert {"--token-file", "--jwks-url", "--insecure-no-auth"} & set(command), command
+    server, ui = _tested_server()
+    assert services["temporal"]["image"] == f"temporalio/server:{server}"
+    assert services["temporal-schema"]["image"] == f"temporalio/admin-tools:{server}"
+    assert services["temporal-namespace"]["image"] == f"temporalio/admin-tools:{server}"
+    assert services["temporal-ui"]["image"] == f"temporalio/ui:{ui}"
+    assert not any("auto-setup" in s["image"] for s in services.values())
+
+    def waits_for(service: str) -> dict[str, str]:
+        return {k: v["condition"] for k, v in services[service].get("depends_on", {}).items()}
+
+    # schema, then server, then namespace, then setup, then workers
+    assert waits_for("temporal-schema") == {"temporal-db": "service_healthy"}
+    assert waits_for("temporal") == {"temporal-schema": "service_completed_successfully"}
+    assert waits_for("temporal-namespace") == {"temporal": "service_healthy"}
+    assert waits_for("lattice-setup") == {"temporal-namespace": "service_completed_successfully"}
+    assert waits_for("worker")["lattice-setup"] == "service_completed_successfully"
+    assert waits_for("worker")["lattice-db"] == "service_healthy"
+    scripts = {s["entrypoint"][-1] for s in services.values() if "entrypoint" in s}
+    assert scripts == {
+        "/lattice/setup-schema.sh",
+        "/lattice/start-server.sh",
+        "/lattice/create-namespace.sh",
+    }
+    for script in scripts:  # mounted from deploy/temporal
+        assert (DEPLOY / "temporal" / script.rpartition("/")[2]).is_file()
+    namespace = service_env(services["temporal-namespace"])["TEMPORAL_NAMESPACE"]
+    for service in lattice_services().values():
+        if "TEMPORAL_ADDRESS" in service_env(service):
+            assert service_env(service)["TEMPORAL_NAMESPACE"] == namespace
     # published on the host's loopback only
     assert all(p.startswith("127.0.0.1:") for s in services.values() for p in s.get("ports", []))
 
 
-def test_secrets_come_from_outside_the_files():
-    secret = re.compile(r"PASSWORD|PWD|API_KEY|KEYS|DSN")
-    text = (DEPLOY / "compose.yaml").read_text()
-    for service in compose()["services"].values():
-        for name, value in service_env(service).items():
-            if secret.search(name):
-                assert "${" in value, f"{name} is written in compose.yaml"
-    assert not any(secret.search(name) for name in dockerfile_env())
-    # every variable compose interpolates is in the example .env (no real value in it)
-    interpolated = set(re.findall(r"\$\{(\w+)", text))
-    example = dict(
-        line.split("=", 1)
-        for line in (DEPLOY / ".env.example").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
-    assert set(example) == interpolated and not any(example.values())
-    assert "deploy/.env" in (ROOT / ".gitignore").read_text().split()
-    for container in lattice_containers():
-        for env in container.get("env", []):
-            if secret.search(env["name"]) and not env["name"].endswith("_FILE"):
-                assert "valueFrom" in env, f"{env['name']} is written in the manifest"
+def test_every_compose_secret_is_a_mounted_file_that_make_secrets_makes():
+    spec = compose()
+    declared = {name: s["file"] for name, s in spec["secrets"].items()}
+    made = set(re.findall(r"^make ([\w-]+) ", (DEPLOY / "make-secrets.sh").read_text(), re.M))
+    assert {f"./secrets/{name}" for name in made} == set(declared.values())
+    assert set(declared) == made
+    for name, service in spec["services"].items():
+        mounted = set(service.get("secrets", []))
+        assert mounted <= set(declared), name
+        for key, value in service_env(service).items():
+            if key.endswith("_FILE"):  # a file setting points at a secret of the service
+                secret = value.removeprefix("/run/secrets/")
+                assert value.startswith("/run/secrets/") and secret in mounted, (name, key)
+            else:
+                assert not SECRET.search(key), f"{name}: {key} is given as a variable"
+        args = service.get("command") or []
+        if "--token-file" in args:
+            path = args[args.index("--token-file") + 1]
+            assert path.removeprefix("/run/secrets/") in mounted, name
+    example = (DEPLOY / ".env.example").read_text()
+    assert not SECRET.search(example.replace("secret", "")), "deploy/.env.example is for settings"
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert {"deploy/.env", "deploy/secrets/"} <= set(ignored)
 
 
-def test_kubernetes_references_hold():
-    secrets = {d["metadata"]["name"]: d for d in of_kind("Secret")}
-    deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
-    assert deployments
-    for deployment in deployments.values():
-        pod = deployment["spec"]["template"]["spec"]
-        labels = deployment["spec"]["template"]["metadata"]["labels"]
-        assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
-        volumes = {v["name"]: v for v in pod["volumes"]}
-        for volume in volumes.values():
-            if "secret" in volume:
-                assert volume["secret"]["secretName"] in secrets
+def test_the_codec_server_asks_for_its_token_in_compose_and_kubernetes():
+    codec = lattice_services()["codec-server"]["command"]
+    commands = [codec, *(c["args"] for c in lattice_containers() if c["args"][0] == "codec-server")]
+    assert len(commands) == 2
+    for args in commands:
+        assert "--token-file" in args and "--insecure-no-auth" not in args, args
+        assert args[args.index("--host") + 1] == "0.0.0.0"
+    # the compose UI's origin is the one the codec server allows
+    ui_port = compose()["services"]["temporal-ui"]["ports"][0].split(":")[-2]
+    assert codec[codec.index("--cors-origin") + 1] == f"http://localhost:{ui_port}"
+
+
+def _mounts(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, set[str]]:
+    """mount path -> the files a container sees there from Secrets."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    files: dict[str, set[str]] = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        if secret is not None:
+            items = secret.get("items")
+            files[mount["mountPath"]] = (
+                {i["path"] for i in items} if items else {"tls.crt", "tls.key", "ca.crt"}
+            )
+    return files
+
+
+def test_every_kubernetes_secret_is_a_file_where_its_setting_points():
+    assert not k8s("Secret"), "Secrets are made from files (deploy/README.md), not applied"
+    guide = (DEPLOY / "README.md").read_text()
+    for pod in pod_specs():
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
         for container in pod["containers"]:
-            resources = container["resources"]
-            assert {"cpu", "memory"} <= set(resources["requests"]) & set(resources["limits"])
-            assert container["livenessProbe"]["httpGet"]["path"] == "/metrics"
-            mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
-            for env in container["env"]:
-                ref = env.get("valueFrom", {}).get("secretKeyRef")
-                if ref is not None:
-                    assert ref["key"] in secrets[ref["name"]]["stringData"], ref
-                if env["name"].endswith(("_PATH", "_FILE")):
-                    # a file setting points into a secret mounted there, at one of its keys
-                    folder, _, key = env["value"].rpartition("/")
-                    secret = mounts[folder]["secret"]["secretName"]
-                    assert key in secrets[secret]["stringData"], env
-            stream = next(e for e in container["env"] if e["name"] == "LATTICE_STREAM_HOST")
-            assert stream["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    for hpa in of_kind("HorizontalPodAutoscaler"):
-        target = hpa["spec"]["scaleTargetRef"]
-        assert target["kind"] == "Deployment" and target["name"] in deployments
+            files = _mounts(pod, container)
+            for item in container.get("env", []):
+                assert "secretKeyRef" not in item.get("valueFrom", {}), item["name"]
+            for name, value in container_env(container).items():
+                if name.endswith(("_FILE", "_PATH")):
+                    folder, _, file = value.rpartition("/")
+                    assert file in files.get(folder, set()), (container["name"], name, value)
+                else:
+                    assert not SECRET.search(name), f"{name} is given as a variable"
+            args = container.get("args", [])
+            if "--token-file" in args:
+                folder, _, file = args[args.index("--token-file") + 1].rpartition("/")
+                assert file in files[folder]
+    for volume in (v for pod in pod_specs() for v in pod.get("volumes", [])):
+        if "secret" in volume:  # the README says how to make it
+            assert f"secret generic {volume['secret']['secretName']}" in guide
+
+
+def test_the_builds_differ_by_their_build_only_and_scale_on_their_agents_queues():
+    v1, v2 = built("builds/v1"), built("builds/v2")
+    assert [d["kind"] for d in v1] == [d["kind"] for d in v2]
+    for one, two in zip(v1, v2, strict=True):
+        assert one["metadata"]["name"].endswith("-v1") and two["metadata"]["name"].endswith("-v2")
+        text = str(two).replace("v2", "v1").replace("2" * 64, "1" * 64)
+        assert text == str(one), one["kind"]  # nothing else differs
+    settings = config_map()
+    demo = _demo_queues()
+    for objects, build in ((v1, "v1"), (v2, "v2")):
+        deployment = next(d for d in objects if d["kind"] == "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container_env(container)["LATTICE_BUILD_ID"] == build
+        assert "@sha256:" in container["image"]
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector["app.kubernetes.io/version"] == build  # the builds' pods stay apart
+        pdb = next(d for d in objects if d["kind"] == "PodDisruptionBudget")
+        assert pdb["spec"]["selector"]["matchLabels"] == selector
+        scaled = next(d for d in objects if d["kind"] == "ScaledObject")
+        assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+        auth = next(d for d in objects if d["kind"] == "TriggerAuthentication")
+        queues = set()
+        for trigger in scaled["spec"]["triggers"]:
+            meta = trigger["metadata"]
+            assert trigger["type"] == "temporal"
+            assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+            assert meta["endpointFromEnv"] == "TEMPORAL_ADDRESS" in container_env(container)
+            assert meta["namespace"] == settings["TEMPORAL_NAMESPACE"]
+            assert meta["workerDeploymentName"] == settings["LATTICE_DEPLOYMENT_NAME"]
+            assert meta["workerDeploymentBuildId"] == build
+            assert set(meta["queueTypes"].split(",")) == {"workflow", "activity"}
+            queues.add(meta["taskQueue"])
+        assert queues == demo  # every queue of the app's agents, by its stable name
+    for secret in auth["spec"]["secretTargetRef"]:
+        assert secret["name"] == "lattice-temporal-tls"
+
+
+def _demo_queues() -> set[str]:
+    """The task queues of the demo app's agents and of the agents they delegate to."""
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from agent_lattice.worker._worker import app_agents, load_app\n"
+            "from agent_lattice.teams._delegation import delegation_targets\n"
+            "agents = app_agents(load_app('app.py')).values()\n"
+            "print(' '.join(sorted(a.task_queue for a in delegation_targets(list(agents)))))",
+        ],
+        cwd=ROOT / "examples",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "LATTICE_TASK_QUEUE_PREFIX": ""},
+    )
+    assert listed.returncode == 0, listed.stderr
+    return set(listed.stdout.split())
+
+
+def test_probes_and_network_policies_name_the_ports_the_code_listens_on():
+    env = dockerfile_env()
+    health, stream = int(env["LATTICE_HEALTH_PORT"]), int(env["LATTICE_STREAM_PORT"])
+    workers = [c for c in lattice_containers() if c["args"][0] == "worker"]
+    for container in workers:
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["health"] == health and ports["live-tokens"] == stream
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+        assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    policies = {p["metadata"]["name"]: p["spec"] for p in k8s("NetworkPolicy")}
+    assert policies["default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+
+    def ports(policy: str) -> set[int]:
+        return {p["port"] for rule in policies[policy]["ingress"] for p in rule["ports"]}
+
+    assert stream in ports("lattice-worker")  # attached readers reach a worker's feeds
+    assert ports("lattice-callers") == {stream + 1}  # workers reach a caller's channel
+    assert ports("lattice-codec-server") == {8081}
+    selected = {
+        p["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name")
+        for p in policies.values()
+    }
+    for deployment in k8s("Deployment"):  # every pod has a policy of its own
+        assert (
+            deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+            in selected
+        )
+    # the settings the ports come from are the code's
+    assert _settings.stream_port.__doc__ and "port + 1" in _settings.stream_port.__doc__

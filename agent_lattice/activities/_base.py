@@ -90,8 +90,7 @@ class ActivitiesBase:
         agent = self._registry.get(key, session_id)
         if agent is None:
             raise ApplicationError(
-                f"agent {key!r} is not registered on this worker (task queue "
-                f"{activity.info().task_queue!r}); known: {', '.join(self._registry.keys()) or 'none'}",
+                self._registry.refusal(key, activity.info().task_queue),
                 type=FailureType.AGENT_NOT_REGISTERED,
                 non_retryable=True,
             )

@@ -278,8 +278,8 @@ class DelegationActivities(ActivitiesBase):
         message = ModelMessage.model_validate({"role": "user", "content": prompt})
         head = await store.append(await session.transcript_head(store), [message])
         child_queue = child.task_queue
-        if "@" in queue and not child.config.task_queue:
-            child_queue = f"{child_queue}@{queue.rpartition('@')[2]}"  # this process's workers
+        if "@" in queue and not child.config.task_queue:  # this process's workers
+            child_queue = f"{child.definition_queue}@{queue.rpartition('@')[2]}"
         child_input = AgentRunInput(
             agent=agent_ref(child),
             session_id=child.session_id,

@@ -64,6 +64,25 @@ class AgentRegistry:
         for session_id in [s for s, (_, r) in self._tracers.items() if r == root]:
             del self._tracers[session_id]
 
+    def refusal(self, key: str, task_queue: str) -> str:
+        """Why a run of agent ``key`` cannot be served here (no agent of that key): another
+        definition of its agent, both fingerprints named, or no such agent at all."""
+        name, _, wanted = key.rpartition(".")
+        served = sorted({k.rpartition(".")[2] for k in self.keys() if k.rpartition(".")[0] == name})
+        if served:
+            return (
+                f"agent {name!r}: this run's definition has fingerprint {wanted}, this worker "
+                f"serves fingerprint {', '.join(served)} (task queue {task_queue!r}): its model, "
+                "system prompt, tools, max_tokens or skills differ. Serve the run's definition: "
+                "deploy the same app to the workers and the clients, with Worker Versioning "
+                "keeping each run on the build that started it, or give the changed agent a "
+                "task_queue of its own"
+            )
+        return (
+            f"agent {key!r} is not registered on this worker (task queue {task_queue!r}); "
+            f"known: {', '.join(self.keys()) or 'none'}"
+        )
+
     def keys(self) -> list[str]:
         return sorted(set(self._by_key) | {a.key for a in self._by_session.values()})
 

@@ -24,6 +24,7 @@ from ..client._reconnect import ServerWatch
 from ..client._runtime import Runtime
 from ..client._server import DevServer
 from ..worker._adopt import adopt_orphans
+from ..worker._health import HealthEndpoints
 from ..worker._plugin import ACTIVITY_SLOTS, CACHED_RUNS
 from ..worker._versioning import deployment_config
 from ..worker._worker import app_agents, create_workers, load_app
@@ -59,10 +60,12 @@ async def _serve_agents(
     watch: ServerWatch | None = None,
     deployment: WorkerDeploymentConfig | None = None,
     slots: dict[str, Any] | None = None,
+    health_port: int | None = None,
 ) -> int:
     """Run one worker per task queue for ``agents`` until SIGINT/SIGTERM, then shut down;
     or until ``watch`` has seen the server unreachable for its reconnect limit (exit 3).
-    ``slots``: worker options that size it (``max_concurrent_activities``, ...)."""
+    ``slots``: worker options that size it (``max_concurrent_activities``, ...);
+    ``health_port``: serve ``/livez`` and ``/readyz`` there (``worker/_health``)."""
     workers = create_workers(
         client,
         agents.values(),
@@ -99,7 +102,13 @@ async def _serve_agents(
         stop.set()
 
     with on_signals(on_signal, signal.SIGINT, signal.SIGTERM):
+        health = HealthEndpoints(client, workers, health_port) if health_port else None
+        if health is not None:
+            await health.start()
+            say(Text.assemble(("  health ", "dim"), f"/livez /readyz on port {health_port}"))
         tasks = [asyncio.create_task(w.run()) for w in workers]
+        if health is not None:
+            health.running(tasks)
         waiter = asyncio.create_task(stop.wait())
         # Temporal retries the polls of a server that went away forever: give up on the limit
         lost = asyncio.create_task((watch.lost if watch else asyncio.Event()).wait())
@@ -111,6 +120,8 @@ async def _serve_agents(
         await asyncio.wait([*tasks, waiter, lost], return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
             note("shutting down workers…")
+        if health is not None:
+            health.stopping()
         adopter.cancel()
         with contextlib.suppress(BaseException):
             await adopter
@@ -119,6 +130,8 @@ async def _serve_agents(
         waiter.cancel()
         lost.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
+        if health is not None:
+            await health.close()
     if watch is not None and watch.lost.is_set():
         raise watch.error()
     for result in results:
@@ -237,6 +250,16 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve /livez (the process answers) and /readyz (connected to Temporal and "
+            "polling every task queue) on this port, for probes (default LATTICE_HEALTH_PORT).",
+            show_default=False,
+        ),
+    ] = None,
     deployment: Annotated[
         str | None,
         typer.Option(
@@ -294,6 +317,7 @@ def worker(
             deployment or _settings.deployment_name(), build_id or _settings.build_id()
         )
         agents = app_agents(load_app(app_ref))
+        health = health_port or _settings.health_port()
     slots = {
         "max_concurrent_activities": max_concurrent_activities,
         "max_cached_workflows": max_cached_workflows,
@@ -309,6 +333,7 @@ def worker(
             metrics_port,
             versioning,
             slots,
+            health,
         )
     )
 
@@ -322,13 +347,21 @@ async def _worker(
     metrics_port: int | None = None,
     deployment: WorkerDeploymentConfig | None = None,
     slots: dict[str, Any] | None = None,
+    health_port: int | None = None,
 ) -> int:
     runtime = await Runtime.connect(
         connection=connection, inline_workers=False, otel=otel, metrics_port=metrics_port
     )
     try:
         return await _serve_agents(
-            runtime.client, agents, shutdown_s, tool_threads, runtime.watch, deployment, slots
+            runtime.client,
+            agents,
+            shutdown_s,
+            tool_threads,
+            runtime.watch,
+            deployment,
+            slots,
+            health_port,
         )
     finally:
         await runtime.close()

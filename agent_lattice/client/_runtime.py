@@ -229,10 +229,10 @@ class Runtime:
 
     def task_queue_for(self, agent: Agent) -> str:
         """Where ``agent``'s queries go: its explicit ``task_queue``; else, served inline, a
-        queue private to this process; else its definition's queue (``lattice worker``)."""
+        queue private to this process; else the agent's queue (``lattice worker``)."""
         if agent.config.task_queue or not self.inline_workers:
             return agent.task_queue
-        return f"{agent.task_queue}@{self._process_tag}"
+        return f"{agent.definition_queue}@{self._process_tag}"
 
     async def ensure_worker(self, agent: Agent) -> None:
         """Serve ``agent`` from this process (inline agents of a script)."""
@@ -498,7 +498,7 @@ class Runtime:
             self._registry.add_session(served)
             self._registry.add(served)
             if not served.config.task_queue:  # its delegates ran on the same process's queues
-                queues.append(f"{served.task_queue}@{tag}")
+                queues.append(f"{served.definition_queue}@{tag}")
         queues += await run_queues(self.client, state.workflow_id)
         async with serving(self.client, queues, self._registry):
             await self._output(state.workflow_id)

@@ -40,7 +40,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._errors import LatticeError
+from .. import _settings
+from .._errors import ConfigurationError, LatticeError
 from ._keys import ChannelKey, ForgedLine, Seal, channel_id, channel_key_for, new_nonce
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "StreamReceiver",
     "StreamSender",
     "open_channel",
+    "port_taken",
 ]
 
 log = logging.getLogger("agent_lattice.stream")
@@ -100,6 +102,16 @@ _ACK_TIMEOUT = 30.0
 _UNREACHABLE: set[str] = set()
 
 
+def port_taken(port: int, role: str, err: OSError) -> ConfigurationError:
+    """The error of a fixed live-channel port (``LATTICE_STREAM_PORT``) this process cannot
+    listen on: which port, for what, and what to do."""
+    return ConfigurationError(
+        f"LATTICE_STREAM_PORT: cannot listen on port {port}, where {role} ({err.strerror or err}):"
+        " another process on this host (or another Runtime of this one) has it; give each "
+        "process on a host a LATTICE_STREAM_PORT of its own, or leave it unset for free ports"
+    )
+
+
 class ChannelRefused(LatticeError):
     """A caller's channel took no connection: gone, or one whose key this process lacks."""
 
@@ -143,7 +155,16 @@ class StreamReceiver:
 
     async def start(self) -> str:
         if self._server is None:
-            self._server = await asyncio.start_server(self._serve, self._host, 0, limit=2**24)
+            fixed = _settings.stream_port()  # a caller listens on the port after the workers'
+            port = fixed + 1 if fixed else 0
+            try:
+                self._server = await asyncio.start_server(
+                    self._serve, self._host, port, limit=2**24
+                )
+            except OSError as err:
+                if not fixed:
+                    raise
+                raise port_taken(port, "a caller takes its workers' live tokens", err) from None
             port = self._server.sockets[0].getsockname()[1]
             self.address = f"tcp://{self._host}:{port}"
             _LOCAL[self.address] = self

@@ -3,9 +3,9 @@
 The side channel (``live/_channel``) pushes a request's stream events to the process that
 started the query. Anyone else attaching to the run (``lattice attach``,
 ``Runtime.attach()``) reads them here instead: every worker process that serves agents
-listens on one TCP port (``LATTICE_STREAM_HOST``, default 127.0.0.1; ``LATTICE_LIVE_FEEDS=0``
-turns it off) and names it in its Temporal worker identity (``... live=tcp://host:port``),
-which the server shows on the run's pending model activity. A reader finds the activity
+listens on one TCP port (``LATTICE_STREAM_HOST``, default 127.0.0.1; ``LATTICE_STREAM_PORT``,
+default a free port; ``LATTICE_LIVE_FEEDS=0`` turns it off) and names it in its Temporal
+worker identity (``... live=tcp://host:port``), which the server shows on the run's pending model activity. A reader finds the activity
 with ``describe()``, connects, names the request (its run id and activity id) and gets the
 events of the current attempt (as ``live/_channel.LiveItem`` lines) from its first one, then live, then an end line when the
 request is over. Nothing enters Temporal history and the worker never connects to a reader;
@@ -33,6 +33,7 @@ from typing import Any
 
 from .. import _settings
 from .._errors import ConfigurationError
+from ._channel import port_taken
 from ._keys import Seal, held_key
 
 __all__ = ["LIVE_MARK", "LiveFeeds", "feed_channel", "live_address", "live_feeds", "live_key"]
@@ -109,7 +110,13 @@ class LiveFeeds:
         """Listen (once per process; returns the address to advertise)."""
         with self._lock:
             if self._server is None:
-                self._server = _Server((self._host, 0), self)
+                port = _settings.stream_port() or 0
+                try:
+                    self._server = _Server((self._host, port), self)
+                except OSError as err:
+                    if not port:
+                        raise
+                    raise port_taken(port, "a worker serves attached readers", err) from None
                 port = self._server.server_address[1]
                 self.address = f"tcp://{self._host}:{port}"
                 threading.Thread(

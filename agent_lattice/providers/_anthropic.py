@@ -13,6 +13,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from .. import _settings
 from .._loop_holds import LoopHolds
 from .._messages import ModelMessage, Usage
 from ._base import EventSink, ModelRequest, ProviderError, is_retryable_status
@@ -124,8 +125,9 @@ class AnthropicModelClient:
 
     The SDK's own retries are off: the durable runtime owns retries, so a failure is
     classified once (:class:`ProviderError`) and retried by Temporal with ``retry-after``.
-    ``api_key`` falls back to ``ANTHROPIC_API_KEY`` and ``base_url`` to ``ANTHROPIC_BASE_URL``,
-    read where the client is built (the worker), never sent through workflow history.
+    ``api_key`` falls back to ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_API_KEY_FILE``) and
+    ``base_url`` to ``ANTHROPIC_BASE_URL``, read where the client is built (the worker), never
+    sent through workflow history.
     """
 
     # it never changes the request's messages (it sends their to_wire() dumps): the model
@@ -168,7 +170,7 @@ class AnthropicModelClient:
         http = _http_client()
         if self._client is None or self._client_http is not http:
             self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key or os.environ.get("ANTHROPIC_API_KEY") or "missing-api-key",
+                api_key=self._api_key or _settings.model_api_key() or "missing-api-key",
                 base_url=self.base_url,
                 max_retries=0,
                 default_headers=self._default_headers,

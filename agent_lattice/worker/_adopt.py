@@ -6,6 +6,10 @@ the same agent definition finds such runs (at start, then every ``ADOPT_EVERY_S`
 exactly their queues (the agent's and its delegation targets', with the dead process's tag)
 until the runs close. The queue name holds the definition's key, so a worker only adopts runs
 of definitions it has.
+
+It also serves the runs left on a definition's former shared queue (``lattice.<name>.<fingerprint>``,
+the agent's queue before queue names became stable, ``Agent.definition_queue``): runs started
+before an upgrade, or by a client not upgraded yet, go on there until they close.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ __all__ = ["ADOPT_EVERY_S", "adopt_orphans"]
 log = logging.getLogger("agent_lattice.worker")
 
 ADOPT_EVERY_S = 15.0
-RUNNING_AGENT_RUNS = "WorkflowType = 'AgentWorkflow' AND ExecutionStatus = 'Running'"
+RUNNING_RUNS = "WorkflowType IN ('AgentWorkflow', 'TeamWorkflow') AND ExecutionStatus = 'Running'"
 
 
 async def adopt_orphans(
@@ -42,20 +46,24 @@ async def adopt_orphans(
     # an explicit task_queue is shared, not private: the worker's own workers poll it
     targets = [a for a in delegation_targets(list(agents)) if not a.config.task_queue]
     registry = AgentRegistry(targets)
-    bases = {f"{a.task_queue}@" for a in targets}
+    former = {a.definition_queue for a in targets}
     adopted: dict[str, asyncio.Task[None]] = {}
     try:
         while True:
             for tag in [t for t, task in adopted.items() if task.done()]:
                 del adopted[tag]
             try:
-                found = await _orphans(client, bases, skip=set(adopted))
+                found = await _orphans(client, former, skip=set(adopted))
             except RPCError as err:  # the server is away for now: try again next round
                 log.debug("could not look for orphaned runs: %s", err)
                 found = {}
             for tag, ids in found.items():
-                queues = [f"{a.task_queue}@{tag}" for a in targets]
-                say(f"adopting orphaned run {', '.join(ids)} (process {tag} is gone)")
+                if tag in former:  # a former shared queue: the tag is the queue
+                    queues = [tag]
+                    say(f"serving run {', '.join(ids)} on its former task queue {tag}")
+                else:
+                    queues = [f"{a.definition_queue}@{tag}" for a in targets]
+                    say(f"adopting orphaned run {', '.join(ids)} (process {tag} is gone)")
                 adopted[tag] = asyncio.create_task(_serve(client, queues, registry, ids, say))
             await asyncio.sleep(every)
     finally:
@@ -66,14 +74,20 @@ async def adopt_orphans(
                 await task
 
 
-async def _orphans(client: Client, bases: set[str], skip: set[str]) -> dict[str, list[str]]:
-    """Running agent runs on a private queue of one of ``bases`` that no one serves, by tag."""
+async def _orphans(client: Client, former: set[str], skip: set[str]) -> dict[str, list[str]]:
+    """Running runs no one serves, by tag: agent runs on a queue private to a process, of a
+    definition queue in ``former`` (the dead process's tag); agent and team runs on one of
+    those queues itself (tagged with the queue)."""
     found: dict[str, list[str]] = {}
     served: dict[str, bool] = {}
-    async for run in client.list_workflows(RUNNING_AGENT_RUNS):
+    async for run in client.list_workflows(RUNNING_RUNS):
         queue = run.task_queue
-        tag = owner_of(queue)
-        if tag is None or tag in skip or queue[: -len(tag)] not in bases:
+        base, _, tag = queue.rpartition("@")
+        if queue in former:
+            tag = queue
+        elif run.workflow_type != "AgentWorkflow" or owner_of(queue) is None or base not in former:
+            continue
+        if tag in skip:
             continue
         if queue not in served:
             served[queue] = await queue_served(client, queue)
