@@ -21,6 +21,7 @@ from .._tracing import ContextTracer, TraceEvent
 from .._transcripts import TranscriptMissing, TranscriptStore, hydrate, open_transcript_store
 from ..workflows._contract import FailureType
 from ..workflows._types import ToolCallOutput
+from ._drill import drill_probe
 from ._tools import DEFAULT_TOOL_THREADS, ToolThreads
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class ActivitiesBase:
         self._transcript_store = transcripts
         self._opened: tuple[object, TranscriptStore] | None = None  # (codec, its store)
         self._threads = ToolThreads(tool_threads)
+        self._drill = drill_probe()  # a durability drill's hooks, when one runs this worker
 
     @property
     def _transcripts(self) -> TranscriptStore:
