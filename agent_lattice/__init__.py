@@ -5,7 +5,7 @@ activities, so a conversation survives a crashed process, worker or server.
 """
 
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
-from ._approvals import PendingApproval
+from ._approvals import PendingApproval, ResolvedApproval
 from ._batches import BatchPolicyRequest, ToolCallInfo
 from ._compaction import DEFAULT_COMPACTION_PROMPT
 from ._delegation import (
@@ -114,8 +114,10 @@ from .client import (
     create_workflow_mailbox,
     get_default_runtime,
     list_pending_approvals,
+    list_resolved_approvals,
     resolve_approval,
     set_default_runtime,
+    steer,
 )
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
 from .worker import (
@@ -180,6 +182,7 @@ __all__ = [
     "ProviderError",
     "QueryOptions",
     "RedactedThinkingBlock",
+    "ResolvedApproval",
     "ResultMessage",
     "Runtime",
     "SDKMessage",
@@ -245,6 +248,7 @@ __all__ = [
     "delegate_tool",
     "get_default_runtime",
     "list_pending_approvals",
+    "list_resolved_approvals",
     "load_skill",
     "mailbox_id",
     "mcp_stdio_server",
@@ -253,6 +257,7 @@ __all__ = [
     "resolve_approval",
     "set_default_runtime",
     "skill",
+    "steer",
     "team_member",
     "tool",
 ]

@@ -12,10 +12,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Unpack, runtime_checkable
-from urllib.parse import urlsplit
 
 from . import _settings
-from ._approvals import check_decision
+from ._approvals import check_approvers, check_decision
 from ._batches import ToolConcurrency, batch_policy_validator
 from ._compaction import CompactionSettings
 from ._errors import ConcurrentQueryError, ConfigurationError, OptionError
@@ -23,7 +22,7 @@ from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._option_types import AgentOptions, QueryOptions
-from ._options import check_options, check_request_options
+from ._options import check_endpoint, check_options, check_request_options
 from ._output_schema import OutputSchema
 from ._pricing import ModelPrice, check_priced, price_option
 from ._session import QueryRunner, Session
@@ -81,6 +80,7 @@ AGENT_OPTIONS = frozenset(
         "approval_timeout_s",
         "pricing",
         "max_budget_usd",
+        "approvers",
     }
 )
 QUERY_OPTIONS = frozenset(
@@ -141,6 +141,8 @@ class AgentConfig:
     pricing: ModelPrice | None = None
     # a query ends error_max_budget once it (everything it reached included) spent this
     max_budget_usd: float | None = None
+    # who may decide on its approval requests (a tool's own approvers win); None: anyone
+    approvers: tuple[str, ...] | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AgentConfig:
@@ -184,7 +186,7 @@ class AgentConfig:
         permission = options.get("permission")
         if permission is not None and not callable(permission):
             raise OptionError("AgentOptions: permission must be a callable (request) -> decision")
-        _check_endpoint(options)
+        check_endpoint(options)
         pricing = price_option(options.get("pricing"), "AgentOptions")
         if options.get("max_budget_usd") is not None:
             check_priced(model, pricing, "AgentOptions")
@@ -220,6 +222,7 @@ class AgentConfig:
             approval_timeout_s=options.get("approval_timeout_s"),
             pricing=pricing,
             max_budget_usd=options.get("max_budget_usd"),
+            approvers=check_approvers(options.get("approvers"), "AgentOptions: approvers"),
         )
 
     def fingerprint(self) -> str:
@@ -266,28 +269,6 @@ def _built_in_tools(
             )
         added.append(skill_tool(skills))
     return added
-
-
-def _check_endpoint(options: Mapping[str, Any]) -> None:
-    """``api_key`` and ``base_url`` are checked here, at assembly: a wrong one otherwise
-    shows up only as a failing model request, after retries."""
-    api_key = options.get("api_key")
-    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-        shown = type(api_key).__name__ if isinstance(api_key, str) else repr(api_key)
-        raise OptionError(f"AgentOptions: api_key must be a non-empty string; got {shown}")
-    base_url = options.get("base_url")
-    if base_url is None:
-        return
-    parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OptionError(
-            "AgentOptions: base_url must be an http:// or https:// URL with a host "
-            f"(for example https://api.anthropic.com); got {base_url!r}"
-        )
-    try:
-        parts.port  # noqa: B018 - parsing the port is what raises on a bad one
-    except ValueError as err:
-        raise OptionError(f"AgentOptions: base_url has a bad port: {base_url!r} ({err})") from None
 
 
 def _workspace(value: Any) -> str | bool | dict[str, Any] | None:
@@ -463,15 +444,34 @@ class Agent:
         """End the running query with ``interrupted``; False when no query is running."""
         return self.session.interrupt()
 
-    async def approve(self, approval_id: str, updated_input: dict[str, Any] | None = None) -> None:
+    async def steer(self, text: str) -> bool:
+        """Tell the running query something without stopping it: the model gets ``text`` at
+        its next request, after the results of the tool calls running now (``_steer``). True
+        once the run holds it; False when no query of this agent runs (a delegated one's:
+        ``steer(workflow_id, text)``). OptionError: an empty or too long text."""
+        return await self.session.steer(text)
+
+    async def approve(
+        self,
+        approval_id: str,
+        updated_input: dict[str, Any] | None = None,
+        *,
+        approver: str | None = None,
+    ) -> None:
         """Allow a tool call of the running query (or of a run it delegated to) that waits
         for approval; ``updated_input`` replaces the model's input (checked against the
-        tool's schema). Raises :class:`ApprovalError` when it cannot be applied."""
-        await self.session.decide(check_decision(approval_id, "allow", None, updated_input))
+        tool's schema); ``approver`` (recorded; default the client's Temporal identity) must
+        be one of the ``approvers`` of the tool or agent. Raises :class:`ApprovalError` when
+        it cannot be applied."""
+        await self.session.decide(
+            check_decision(approval_id, "allow", None, updated_input, approver)
+        )
 
-    async def deny(self, approval_id: str, message: str | None = None) -> None:
+    async def deny(
+        self, approval_id: str, message: str | None = None, *, approver: str | None = None
+    ) -> None:
         """Deny a waiting tool call: the model gets an error tool_result with ``message``."""
-        await self.session.decide(check_decision(approval_id, "deny", message, None))
+        await self.session.decide(check_decision(approval_id, "deny", message, None, approver))
 
     async def get_history(self) -> list[ModelMessage]:
         """A copy of the conversation history."""

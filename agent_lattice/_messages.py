@@ -187,14 +187,17 @@ class SystemMessage(BaseModel):
     ``tool_name``, ``tool_input``, ``tool_use_id``, ``message``; ``agent`` and ``workflow_id``
     name the run that waits, a delegated child's or a team member's included), and
     ``approval_resolved`` once it was decided (``behavior``: allow, deny, timed_out,
-    cancelled). ``live_feed_lost``: the live tokens of a model request (``turn``, ``attempt``)
+    cancelled; ``approver``: who decided). A request names who may decide (``approvers``;
+    None: anyone). ``live_feed_lost``: the live tokens of a model request (``turn``, ``attempt``)
     stopped before its end (a worker killed, a connection cut, a line refused as not sent by
     a worker: ``message`` says which); the rest of its text is not streamed, and its durable
-    messages follow as always. It is live, like stream events: never in a history store."""
+    messages follow as always. It is live, like stream events: never in a history store.
+    ``steered``: the run accepted a steer (``message``: its text; ``agent`` and
+    ``workflow_id``: the run); the model gets it at its next request, in a ``user`` message."""
 
     type: Literal["system"] = "system"
     subtype: Literal[
-        "init", "compaction", "approval_request", "approval_resolved", "live_feed_lost"
+        "init", "compaction", "approval_request", "approval_resolved", "live_feed_lost", "steered"
     ] = "init"
     session_id: str
     model: str | None = None
@@ -212,6 +215,8 @@ class SystemMessage(BaseModel):
     behavior: str | None = None
     turn: int | None = None
     attempt: int | None = None
+    approver: str | None = None
+    approvers: list[str] | None = None
 
 
 class StreamEventMessage(BaseModel):
@@ -242,7 +247,9 @@ class AssistantMessage(BaseModel):
 
 
 class UserMessage(BaseModel):
-    """The tool results of one whole tool batch (the prompt itself is never echoed)."""
+    """The tool results of one whole tool batch, then the text of any steers that came while
+    it ran; or steers alone (text blocks) when no batch ran since the model's last request.
+    The prompt itself is never echoed."""
 
     type: Literal["user"] = "user"
     message: ModelMessage

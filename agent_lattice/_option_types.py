@@ -85,6 +85,8 @@ class AgentOptions(TypedDict, total=False):
     # a query ends with error_max_budget once its cost, its delegates' and team members'
     # included, reached this (US dollars)
     max_budget_usd: float | None
+    # the names that may decide on its approval requests (a tool's approvers win); None: anyone
+    approvers: Sequence[str] | None
 
 
 class QueryOptions(TypedDict, total=False):

@@ -5,10 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ._errors import OptionError
 
-__all__ = ["check_options", "check_positive", "check_request_options", "check_timeout"]
+__all__ = [
+    "check_endpoint",
+    "check_options",
+    "check_positive",
+    "check_request_options",
+    "check_timeout",
+]
 
 
 def check_options(
@@ -93,3 +100,25 @@ def check_positive(value: Any, where: str, unit: str) -> float | None:
     ):
         raise OptionError(f"{where} must be a positive number of {unit}; got {value!r}")
     return float(value)
+
+
+def check_endpoint(options: Mapping[str, Any]) -> None:
+    """``api_key`` and ``base_url`` are checked here, at assembly: a wrong one otherwise
+    shows up only as a failing model request, after retries."""
+    api_key = options.get("api_key")
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        shown = type(api_key).__name__ if isinstance(api_key, str) else repr(api_key)
+        raise OptionError(f"AgentOptions: api_key must be a non-empty string; got {shown}")
+    base_url = options.get("base_url")
+    if base_url is None:
+        return
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OptionError(
+            "AgentOptions: base_url must be an http:// or https:// URL with a host "
+            f"(for example https://api.anthropic.com); got {base_url!r}"
+        )
+    try:
+        parts.port  # noqa: B018 - parsing the port is what raises on a bad one
+    except ValueError as err:
+        raise OptionError(f"AgentOptions: base_url has a bad port: {base_url!r} ({err})") from None

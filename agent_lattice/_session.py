@@ -16,6 +16,7 @@ from ._approvals import ApprovalDecision
 from ._errors import ApprovalError, ConcurrentQueryError
 from ._history import HistoryStore, QueryMirror, RunLandings, caught_up
 from ._messages import ModelMessage, ResultMessage, SDKMessage
+from ._steer import check_steer
 
 __all__ = ["QueryRunner", "Session"]
 
@@ -32,6 +33,8 @@ class QueryRunner(Protocol):
 
     def interrupt(self) -> bool: ...
 
+    async def steer(self, text: str) -> bool: ...
+
     async def decide(self, decision: ApprovalDecision) -> None: ...
 
     async def detach(self) -> str: ...
@@ -43,6 +46,9 @@ class _Taken:
 
     def interrupt(self) -> bool:
         return False
+
+    async def steer(self, text: str) -> bool:
+        return False  # steer(workflow_id, text) reaches its run
 
     async def decide(self, decision: ApprovalDecision) -> None:
         raise ApprovalError(
@@ -129,6 +135,12 @@ class Session:
         """End the running query with ``interrupted``; False when none runs (or its parent
         controls it)."""
         return self._run.interrupt() if self._run is not None else False
+
+    async def steer(self, text: str) -> bool:
+        """A message for the running query's model; False when none runs (or its parent
+        controls it). The text is checked first, whether a query runs or not."""
+        check_steer(text)
+        return await self._run.steer(text) if self._run is not None else False
 
     async def decide(self, decision: ApprovalDecision) -> None:
         """Apply a decision on an approval request of the running query (or of a run it

@@ -205,6 +205,18 @@ def park_after() -> float | None:
     return _at_least_zero("LATTICE_PARK_AFTER", raw, "a number of seconds >= 0 (or 'off')")
 
 
+def sdk_fast_paths() -> bool:
+    """``LATTICE_SDK_FAST_PATHS``: ``off`` turns off every fast path that rests on temporalio's
+    internals (``worker/_sdk_internals``); default on (where the installed temporalio is the
+    one they were written for)."""
+    raw = os.environ.get("LATTICE_SDK_FAST_PATHS", "").strip().lower()
+    if raw in ("", "on", "1", "true", "yes"):
+        return True
+    if raw in ("off", "0", "false", "no"):
+        return False
+    raise ConfigurationError(f"LATTICE_SDK_FAST_PATHS={raw!r} is not 'on' or 'off'")
+
+
 def commit_notices() -> bool:
     """``LATTICE_COMMIT_NOTICES``: whether workers tell a query's reader what each workflow task
     published (``worker/_commits``); ``off`` makes the reader ask the server (default on)."""

@@ -3,7 +3,8 @@
 
 ``next_step(state, event)`` decides what a query does next from its loop state and the last
 thing that happened: request the model, answer a reply's tool calls, compact the
-conversation, continue as a new run, or finish with a result subtype. ``AgentWorkflow``
+conversation, take the steers a person sent into the conversation, continue as a new run, or
+finish with a result subtype. ``AgentWorkflow``
 executes the steps (activities, timers, child workflows) and reports each outcome as the
 next event. Every step carries the loop state it leaves behind.
 """
@@ -35,7 +36,9 @@ __all__ = [
     "RequestModel",
     "RunBatch",
     "Started",
+    "SteersTaken",
     "Step",
+    "TakeSteers",
     "input_tokens",
     "next_step",
 ]
@@ -82,6 +85,7 @@ class BatchDone:
     end_turn: bool = False  # a result ended the turn (``submit_output`` accepted)
     result: str | None = None
     structured_result: object = None
+    steered: bool = False  # steers joined the results: the model answers them first
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,12 @@ class BatchFailed:
     error: ErrorInfo
 
 
-Event = Started | ModelReplied | ModelFailed | Compacted | BatchDone | BatchFailed
+@dataclass(frozen=True)
+class SteersTaken:
+    """The waiting steers are in the conversation (a user message of their own)."""
+
+
+Event = Started | ModelReplied | ModelFailed | Compacted | BatchDone | BatchFailed | SteersTaken
 
 
 # State.
@@ -124,6 +133,8 @@ class LoopState:
     # said (the workflow asks before each model request)
     outer_budget_usd: float | None = None
     outer_spent_usd: float = 0.0
+    # steers a person sent wait for the next model request (the workflow observes it)
+    steered: bool = False
 
 
 # Steps: what to do next.
@@ -157,6 +168,14 @@ class Compact:
 
 
 @dataclass(frozen=True)
+class TakeSteers:
+    """Add the waiting steers to the conversation as a user message, after the reply the
+    loop holds (a final answer they came during: the run goes on to answer them)."""
+
+    state: LoopState = field(kw_only=True)
+
+
+@dataclass(frozen=True)
 class ContinueAsNew:
     """Hand the query to a fresh run before its history grows long."""
 
@@ -172,7 +191,7 @@ class Finish:
     state: LoopState = field(kw_only=True)
 
 
-Step = RequestModel | RunBatch | Compact | ContinueAsNew | Finish
+Step = RequestModel | RunBatch | Compact | TakeSteers | ContinueAsNew | Finish
 
 
 def next_step(state: LoopState, event: Event) -> Step:
@@ -188,7 +207,7 @@ def next_step(state: LoopState, event: Event) -> Step:
     if isinstance(event, BatchDone):
         if state.aborted:  # every tool_use is answered in history, then the run ends
             return Finish("error_abort", error=ABORTED, state=state)
-        if event.end_turn:
+        if event.end_turn and not (event.steered and _can_answer_steer(state)):
             return Finish(
                 "success",
                 result=event.result,
@@ -216,6 +235,8 @@ def _turn(state: LoopState) -> Step:
         )
     if _over_budget(state):
         return _budget_spent(state)
+    if state.steered:  # before a new run: the steers carry over in the conversation
+        return TakeSteers(state=state)
     if state.turns_this_run >= state.turns_per_run or state.continue_as_new_suggested:
         return ContinueAsNew(state=state)
     threshold = state.compaction_threshold
@@ -257,6 +278,14 @@ def _budget_spent(state: LoopState) -> Finish:
     )
 
 
+def _can_answer_steer(state: LoopState) -> bool:
+    """Whether a final answer may give way to one more request that answers a steer: not
+    when the query is stopping or has no turn or budget left for it (the answer stands)."""
+    return not (
+        state.aborted or state.interrupted or state.turns >= state.max_turns or _over_budget(state)
+    )
+
+
 def _can_recover(state: LoopState) -> bool:
     return state.compaction_threshold is not None and not state.recovered
 
@@ -281,6 +310,8 @@ def _reply(state: LoopState, event: ModelReplied) -> Step:
     reply = event.message
     if reply.usage is not None:
         state = replace(state, last_input_tokens=input_tokens(reply.usage))
+    if not reply.tool_uses and state.steered and _can_answer_steer(state):
+        return TakeSteers(state=state)  # a steer came while the model answered: answer it too
     if not reply.tool_uses:
         if state.requires_output:
             return Finish(

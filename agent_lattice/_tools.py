@@ -9,13 +9,14 @@ import functools
 import inspect
 import re
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from pydantic import BaseModel, ValidationError
 
+from ._approvals import check_approvers
 from ._errors import OptionError, ToolInputError
 from ._options import check_options, check_timeout
 
@@ -35,7 +36,15 @@ __all__ = [
 TInput = TypeVar("TInput")
 
 _TOOL_OPTIONS = frozenset(
-    {"is_concurrency_safe", "metadata", "cheap", "idempotent", "timeout_s", "requires_approval"}
+    {
+        "is_concurrency_safe",
+        "metadata",
+        "cheap",
+        "idempotent",
+        "timeout_s",
+        "requires_approval",
+        "approvers",
+    }
 )
 
 
@@ -48,6 +57,7 @@ class ToolOptions(TypedDict, total=False):
     idempotent: bool
     timeout_s: float | None
     requires_approval: bool
+    approvers: Sequence[str] | None
 
 
 # what the Messages API accepts as a tool name (other names are a 400 on every request)
@@ -148,6 +158,8 @@ class ToolDefinition(Generic[TInput]):
     timeout_s: float | None = None
     # every call waits for a person's decision before it runs (see _approvals)
     requires_approval: bool = False
+    # who may decide on its calls (over the agent's approvers); None: as the agent says
+    approvers: tuple[str, ...] | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -329,7 +341,9 @@ def tool(
     did not finish), ``timeout_s`` (seconds one attempt may take; default the runtime's
     ``tool_timeout_s``, 600), ``requires_approval`` (every call waits, durably, for a
     person's decision before it runs: ``agent.approve()``/``agent.deny()``,
-    ``resolve_approval()`` from any process, or ``lattice approve``/``lattice deny``).
+    ``resolve_approval()`` from any process, or ``lattice approve``/``lattice deny``),
+    ``approvers`` (the names that may decide on this tool's calls, in place of the agent's
+    ``approvers``; a decision by anyone else is refused).
     """
     opts: dict[str, Any] = {**(options or {}), **kwargs}
     check_options("ToolOptions", opts, _TOOL_OPTIONS)
@@ -360,6 +374,7 @@ def tool(
         idempotent=idempotent,
         timeout_s=check_timeout(opts.get("timeout_s"), f"tool({name!r}): timeout_s"),
         requires_approval=requires_approval,
+        approvers=check_approvers(opts.get("approvers"), f"tool({name!r}): approvers"),
     )
 
 

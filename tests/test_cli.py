@@ -296,7 +296,7 @@ def test_version_and_exit_codes_in_help() -> None:
 COMMANDS = [
     [],
     *([name] for name in ("dev", "worker", "run", "interrupt", "attach", "runs", "setup")),
-    *([name] for name in ("approvals", "approve", "deny", "codec-server")),
+    *([name] for name in ("approvals", "approve", "deny", "steer", "codec-server")),
     ["server", "status"],
     ["server", "stop"],
     *(["team", name] for name in ("send", "drain", "status", "inbox")),

@@ -11,10 +11,10 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowHistoryEventAsyncIterator
 
 from agent_lattice import AssistantMessage, ResultMessage, Runtime, UserMessage
-from agent_lattice._sdk_internals import fast_paths_on
 from agent_lattice.client import _follow
 from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
 from agent_lattice.worker import _commits
+from agent_lattice.worker._sdk_internals import fast_paths_on
 
 from conftest import make_calculator
 from crash_app import build_agent

@@ -1,5 +1,6 @@
 """Kill -9 the worker mid-stream and mid-tool: a new worker finishes the query, and no completed
-model call or tool call runs again; a call waiting for approval outlives its worker."""
+model call or tool call runs again; a call waiting for approval, and a steer the run accepted,
+outlive their worker."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from agent_lattice import (
     ResultMessage,
     StreamEventMessage,
     list_pending_approvals,
+    steer,
 )
 from agent_lattice.testing import (
     RecordedRequest,
@@ -429,3 +431,40 @@ async def test_a_worker_killed_while_a_call_waits_loses_nothing(
     assert isinstance(result, ResultMessage) and result.subtype == "success"
     assert result.result == "done: recorded invoice-7"
     assert effects.read_text().splitlines() == ["record:invoice-7"]
+
+
+async def test_a_steer_accepted_before_its_worker_is_killed_reaches_the_next_request(
+    remote_runtime, fake_anthropic, workers, effects, monkeypatch
+):
+    """The steer is workflow state from the moment the run accepted it: the next worker
+    replays it, and the model gets it once, after the results of the batch it came during."""
+    monkeypatch.setenv("LATTICE_TEST_STICKY_S", "2")  # the dead worker's queue, soon given up
+    steered = "Also record C."
+
+    def model(request: RecordedRequest) -> Reply:
+        if not request.tool_results:
+            return tool_use("block", {"text": "B"})
+        return text(f"told: {request.last_user_text}")
+
+    fake_anthropic.set_handler(model)
+    first = await workers()
+    agent = build_agent(fake_anthropic.base_url).bind_runtime(remote_runtime)
+    workflow_id = await agent.start("Block B.")
+    await assert_eventually(lambda: "block-start:B" in effects.read_text(), within=30)
+    assert await steer(workflow_id, steered, runtime=remote_runtime) is True
+    first.kill()
+    await workers()
+
+    messages = [m async for m in remote_runtime.durable_messages(workflow_id)]
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.subtype == "success"
+    assert result.result == f"told: {steered}" and result.num_turns == 2
+    (_, second) = fake_anthropic.requests
+    content = second.messages[-1]["content"]
+    assert [(b["type"], b.get("content") or b.get("text")) for b in content] == [
+        ("tool_result", "blocked B"),
+        ("text", steered),
+    ]
+    # the block tool (idempotent) ran again on the new worker; the steer was taken once
+    assert effects.read_text().splitlines() == ["block-start:B", "block-start:B", "block-done:B"]
+    assert [m.message for m in messages if getattr(m, "subtype", None) == "steered"] == [steered]

@@ -93,10 +93,24 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
         "reply design-review::reviewer -> design-review::lead [pending]: Approved: the API is "
         "consistent.",
     ),
+    "steer.py": (
+        "steer accepted: True",
+        "to the model: tool_result + text\n  with the steer: Also run the tests, and say how many",
+        "result: Built and tested: build ok: 12 modules; tests ok: 48 passed.",
+        "steer after the query ended: False",
+    ),
     "approval.py": (
         'waiting for approval: pay {"invoice": "INV-7", "amount_eur": 120}',
         ": allowed",
         "result: Done: paid 120 EUR for INV-7.",
+    ),
+    "audited_approvals.py": (
+        "pay waits; who may decide: alice, bob",
+        "mallory refused: approver 'mallory' is not allowed to decide approval",
+        "approval_resolved: allow by alice",
+        "decisions in the run's history: 1",
+        "from the run's memo: pay allow by alice",
+        "lattice approvals --history --json: approver=alice",
     ),
     "app.py": ("assistant: Done: 42.", "team: Launch plan: the writer drafts, we ship on Monday."),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",

@@ -202,6 +202,8 @@ def test_histories_are_committed():
     assert {"tool_loop", "interrupt", "api_error", "crash_mid_tool", "crash_mid_stream"} <= names
     assert {"team_run", "team_lead", "team_mailbox", "team_mail_run", "team_mail_lead"} <= names
     assert "approval" in names
+    assert {"approvers", "approvers_continued"} <= names  # approvers checked, carried on
+    assert {"steered", "steered_final_answer"} <= names  # steers: a batch's, a final answer's
     assert {"team_run", "team_lead", "team_mailbox"} <= names
     assert {"child_landing", "child_store_failed"} <= names
     assert "indexed_run" in names  # search attributes upserted, a budget spent

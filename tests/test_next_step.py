@@ -31,6 +31,8 @@ from agent_lattice._steps import (
     RequestModel,
     RunBatch,
     Started,
+    SteersTaken,
+    TakeSteers,
     next_step,
 )
 from agent_lattice._tools import SUBMIT_OUTPUT_TOOL_NAME
@@ -434,3 +436,51 @@ def test_max_turns_comes_before_continue_as_new():
     state = replace(STATE, turns=3, turns_this_run=3, turns_per_run=3)
     step = next_step(state, BatchDone())
     assert isinstance(step, Finish) and step.subtype == "error_max_turns"
+
+
+# --- steers (a person's message for the running query: see AgentWorkflow's Steering)
+
+
+def test_a_steer_during_the_final_request_makes_one_more_request_that_answers_it():
+    state = replace(STATE, turns=1, turns_this_run=1, steered=True)
+    step = next_step(state, ModelReplied(answer("done")))
+    assert isinstance(step, TakeSteers)  # the answer joins the conversation, then the steer
+    step = next_step(replace(step.state, steered=False), SteersTaken())
+    assert step == RequestModel(state=replace(STATE, turns=2, turns_this_run=2))
+
+
+def test_a_steer_after_the_final_request_has_no_turn_left_and_the_answer_stands():
+    state = replace(STATE, turns=3, turns_this_run=3, steered=True)
+    step = next_step(state, ModelReplied(answer("done")))
+    assert isinstance(step, Finish) and (step.subtype, step.result) == ("success", "done")
+
+
+def test_a_steer_does_not_outlive_an_interrupt_or_abort():
+    interrupted = replace(STATE, turns=1, steered=True, interrupted=True)
+    step = next_step(interrupted, ModelReplied(answer("done")))
+    assert isinstance(step, Finish) and step.subtype == "success"
+    assert next_step(interrupted, BatchDone()) == Finish("interrupted", state=interrupted)
+    aborted = replace(STATE, turns=1, steered=True, aborted=True)
+    assert next_step(aborted, BatchDone()) == Finish("error_abort", error=ABORTED, state=aborted)
+
+
+def test_a_steer_that_joined_the_results_of_a_turn_ending_tool_gets_a_request():
+    state = replace(STATE, turns=1, turns_this_run=1)
+    ended = BatchDone(end_turn=True, result="{}", structured_result={}, steered=True)
+    assert next_step(state, ended) == RequestModel(state=replace(state, turns=2, turns_this_run=2))
+    alone = BatchDone(end_turn=True, result="{}", structured_result={})
+    assert isinstance(next_step(state, alone), Finish)
+
+
+def test_a_steer_waiting_between_turns_is_taken_before_the_next_request_or_a_new_run():
+    state = replace(STATE, turns=1, turns_this_run=1, steered=True)
+    assert isinstance(next_step(state, BatchDone()), TakeSteers)
+    continuing = replace(state, continue_as_new_suggested=True)  # carried in the conversation
+    assert isinstance(next_step(continuing, BatchDone()), TakeSteers)
+    compacting = replace(state, compaction_threshold=10, last_input_tokens=50)
+    assert isinstance(next_step(compacting, Compacted(ok=True)), TakeSteers)
+
+
+def test_a_steer_during_the_final_request_of_a_query_that_requires_output_gets_a_request():
+    state = replace(STATE, turns=1, turns_this_run=1, requires_output=True, steered=True)
+    assert isinstance(next_step(state, ModelReplied(answer("forgot"))), TakeSteers)

@@ -20,7 +20,6 @@ from agent_lattice import (
     UserMessage,
     tool,
 )
-from agent_lattice._sdk_internals import CachedRun, fast_paths_on
 from agent_lattice.client import Runtime
 from agent_lattice.testing import (
     FAST_SETTINGS,
@@ -31,6 +30,7 @@ from agent_lattice.testing import (
 )
 from agent_lattice.worker import LatticePlugin
 from agent_lattice.worker._park import cached_runs, park_after_seconds
+from agent_lattice.worker._sdk_internals import CachedRun, fast_paths_on
 
 from conftest import Expr
 

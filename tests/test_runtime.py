@@ -251,8 +251,8 @@ async def test_serialization_contexts_are_read_directly_and_match_the_sandbox(
     turn); the SDK's sandbox answered each by compiling and running code inside it. Ours reads
     the in-sandbox instance directly: every context it gives is the one the SDK's own path
     gives, for a query with a tool call (activities, queries of its stream, its result)."""
-    from agent_lattice._sdk_internals import CachedRun
     from agent_lattice.testing import tool_use
+    from agent_lattice.worker._sdk_internals import CachedRun
 
     from conftest import make_calculator
 

@@ -12,9 +12,9 @@ import temporalio
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from agent_lattice import ConfigurationError
-from agent_lattice import _sdk_internals as sdk
 from agent_lattice.client import Runtime
 from agent_lattice.testing import FAST_SETTINGS, Script, text, tool_use
+from agent_lattice.worker import _sdk_internals as sdk
 
 from conftest import make_calculator, note_rpcs
 

@@ -17,6 +17,7 @@ from ._team import telling_of_mail
 from ._telemetry import tool_span
 from ._tools import (
     CallRecord,
+    approval_ask,
     awaiting_approval,
     invalid_input,
     permission_verdict,
@@ -50,7 +51,7 @@ class ToolActivities(ActivitiesBase):
                 return refused
             said = await permission_verdict(agent, use.name, use.input, ctx, threads)
             if said is None and definition.requires_approval:
-                return ApprovalAsk()
+                return approval_ask(agent, use.name)
             return said
 
         async def run() -> ToolResult:

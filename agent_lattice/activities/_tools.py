@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_TOOL_THREADS",
     "CallRecord",
     "ToolThreads",
+    "approval_ask",
     "awaiting_approval",
     "invalid_input",
     "permission_verdict",
@@ -87,6 +88,16 @@ def awaiting_approval(use: ToolUseBlock, ask: ApprovalAsk) -> ToolCallOutput:
     return ToolCallOutput(block=placeholder, approval=ask)
 
 
+def approval_ask(agent: Agent, tool_name: str, message: str | None = None) -> ApprovalAsk:
+    """A call that waits for a person: who may decide is the tool's ``approvers``, else the
+    agent's (None: anyone), as this worker's code says when the call asks."""
+    definition = agent.tool(tool_name)
+    approvers = definition.approvers if definition is not None else None
+    if approvers is None:
+        approvers = agent.config.approvers
+    return ApprovalAsk(message=message, approvers=list(approvers) if approvers else None)
+
+
 async def permission_verdict(
     agent: Agent, tool_name: str, tool_input: object, ctx: ToolContext, executor: Executor
 ) -> ToolResult | ApprovalAsk | None:
@@ -117,7 +128,7 @@ async def permission_verdict(
     if behavior == "allow":
         return None
     if behavior == "ask":
-        return ApprovalAsk(message=field("message"))
+        return approval_ask(agent, tool_name, field("message"))
     message = field("message") or (f"Permission to use {tool_name!r} was denied.")
     return ToolResult(content=message, is_error=True)
 

@@ -14,8 +14,8 @@ result, a run not found, a certificate the server refused, a missing namespace, 
 that cannot be read) or 3 (the Temporal server could not be reached, or was lost); set
 ``LATTICE_DEBUG=1`` to see the traceback instead.
 
-Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_find``
-(runs, setup), ``_histories`` (runs export, replay), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
+Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_steer``
+(steer), ``_find`` (runs, setup), ``_histories`` (runs export, replay), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
 (codec-server; who it answers: ``_codec_guard``), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
 ``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes, logging, signals).
 """
@@ -39,6 +39,7 @@ from ._plumbing import HELP_OPTIONS, Command, Group
 from ._render import Renderer
 from ._runs import attach, interrupt, run
 from ._serve import dev, server_app, worker
+from ._steer import steer
 from ._team import team_app
 
 __all__ = ["Renderer", "app", "main"]
@@ -81,7 +82,7 @@ def _options(
 
 # The order of registration is the order of `lattice --help`.
 app.add_typer(server_app, name="server")
-for command in (dev, worker, run, interrupt, attach):
+for command in (dev, worker, run, interrupt, steer, attach):
     app.command(cls=Command)(command)
 app.add_typer(team_app, name="team")
 app.add_typer(runs_app, name="runs")

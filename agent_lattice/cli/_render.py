@@ -16,11 +16,13 @@ from .._messages import (
     SystemMessage,
     TeamAgentEvent,
     TeamMessageEvent,
+    TextBlock,
     ToolResultBlock,
     UserMessage,
 )
 
 TOOL_RESULT_CHARS = 200
+STEER_CHARS = 200
 
 
 class Renderer:
@@ -96,6 +98,11 @@ class Renderer:
                     f"⏸ {message.agent} waits for approval: {message.tool_name} "
                     f"{json.dumps(message.tool_input, ensure_ascii=False)}"
                     + (f" ({message.message})" if message.message else "")
+                    + (
+                        f"\n  may decide: {', '.join(message.approvers)}"
+                        if message.approvers
+                        else ""
+                    )
                     + f"\n  lattice approve {message.workflow_id} {message.approval_id}"
                     + f"\n  lattice deny {message.workflow_id} {message.approval_id} -m WHY",
                     style="yellow",
@@ -103,7 +110,11 @@ class Renderer:
             )
             return
         if message.subtype == "approval_resolved":
-            self.note(f"▶ {message.tool_name}: {message.behavior}")
+            by = f" by {message.approver}" if message.approver else ""
+            self.note(f"▶ {message.tool_name}: {message.behavior}{by}")
+            return
+        if message.subtype == "steered":
+            self.note(f"↪ steered: {one_line(message.message or '', STEER_CHARS)}", "magenta")
             return
         if message.subtype == "live_feed_lost":
             if message.turn is None or message.turn > self._closed_turn:  # (a turn shown whole: no)
@@ -160,6 +171,8 @@ class Renderer:
                 content = one_line(_result_text(block), TOOL_RESULT_CHARS)
                 style = "red" if block.is_error else "green"
                 self.console.print(Text.assemble(("← ", style), (content, style)))
+            elif isinstance(block, TextBlock):  # a steer (or team mail), as the model gets it
+                self.note(f"» {one_line(block.text, STEER_CHARS)}", "magenta")
 
     def _result(self, message: ResultMessage) -> None:
         self._end_line()

@@ -3,13 +3,14 @@
 from .._agent import register_query_runner
 from .._team import register_default_mailbox, register_mail_announcer
 from ..workflows._types import ActivitySettings
-from ._approvals import list_pending_approvals, resolve_approval
+from ._approvals import list_pending_approvals, list_resolved_approvals, resolve_approval
 from ._connection import TemporalConnection
 from ._default import create_runtime, get_default_runtime, set_default_runtime
 from ._mailbox import announce_mail, create_workflow_mailbox
 from ._query import QueryRun
 from ._runtime import Runtime
 from ._server import DevServer, temporal_binary
+from ._steer import steer
 
 # The domain (agents, teams) runs queries and makes default mailboxes through these.
 register_query_runner(QueryRun.start)
@@ -27,7 +28,9 @@ __all__ = [
     "create_workflow_mailbox",
     "get_default_runtime",
     "list_pending_approvals",
+    "list_resolved_approvals",
     "resolve_approval",
     "set_default_runtime",
+    "steer",
     "temporal_binary",
 ]

@@ -48,14 +48,18 @@ async def closed_output(client: Client, workflow_id: str) -> AgentRunOutput | No
 
 
 async def output_of_close(
-    client: Client, workflow_id: str, err: WorkflowFailureError, run_id: str | None = None
+    client: Client,
+    workflow_id: str,
+    err: WorkflowFailureError,
+    run_id: str | None = None,
+    output_type: type[AgentRunOutput] = AgentRunOutput,
 ) -> AgentRunOutput | None:
     """The output of a run whose result raised ``err``: Failed with an error result, or
     Canceled by a cancel request; None for any other close (``run_id``: that run's, else the
-    workflow's latest)."""
-    output = output_of_failure(err.cause)
+    workflow's latest; ``output_type``: a team run's is a ``TeamRunOutput``)."""
+    output = output_of_failure(err.cause, output_type)
     if output is None and isinstance(err.cause, CancelledError):
-        output = await canceled_output(client, workflow_id, run_id)
+        output = await canceled_output(client, workflow_id, run_id, output_type)
     return output
 
 
@@ -65,7 +69,10 @@ async def failed_output(client: Client, failure: Failure) -> AgentRunOutput | No
 
 
 async def canceled_output(
-    client: Client, workflow_id: str, run_id: str | None = None
+    client: Client,
+    workflow_id: str,
+    run_id: str | None = None,
+    output_type: type[AgentRunOutput] = AgentRunOutput,
 ) -> AgentRunOutput | None:
     """The output a Canceled run left in its memo (None: it left none, as a run canceled
     before it could end interrupted, or recorded before)."""
@@ -73,7 +80,7 @@ async def canceled_output(
     if description.status != WorkflowExecutionStatus.CANCELED:
         return None
     output: AgentRunOutput | None = await description.memo_value(
-        OUTPUT_MEMO, None, type_hint=AgentRunOutput
+        OUTPUT_MEMO, None, type_hint=output_type
     )
     return output
 

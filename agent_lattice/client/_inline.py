@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from .._sdk_internals import quiet_cancelled_evictions
+from ..worker._sdk_internals import quiet_cancelled_evictions
 
 __all__ = ["WORKER_SHUTDOWN_GRACE_S", "WorkerTask", "preload_provider_sdk"]
 

@@ -27,6 +27,8 @@ from .._messages import (
     UserMessage,
 )
 from .._streaming import Committed, LiveItem, LiveLost
+from ..workflows._mail_types import TeamRunOutput
+from ..workflows._types import AgentRunOutput
 from ._follow import Landed
 
 __all__ = ["Failed", "Live", "Mark", "Merge", "Nested", "Producers", "follows", "lost_feed"]
@@ -108,6 +110,7 @@ class Merge:
         self._queue: asyncio.Queue[Item] = asyncio.Queue(size)
         self._seen = seen  # durable messages the caller has been given (or skipped)
         self._held: list[Live] = []
+        self.shown: set[tuple[str, str, str, str]] = set()  # the team events the caller got
 
     async def put_live(self, event: StreamEventMessage | SystemMessage, after: int) -> None:
         await self._queue.put(Live(event, after))
@@ -128,9 +131,11 @@ class Merge:
             return []
         return [live.event]
 
-    def delivered(self) -> list[StreamEventMessage | SystemMessage]:
+    def delivered(self, message: object = None) -> list[StreamEventMessage | SystemMessage]:
         """A durable message reached the caller: the held live events it was waiting for."""
         self._seen += 1
+        if isinstance(message, TeamMessageEvent | TeamAgentEvent):
+            self.shown.add(_key(message))
         released = []
         while self._held and self._held[0].after <= self._seen:
             released.append(self._held.pop(0).event)
@@ -246,9 +251,31 @@ class Producers:
         except Exception as err:  # nested events are a view: never fail the query for them
             log.debug("messages of %s unavailable: %s", source, err)
 
+    async def late(
+        self, output: AgentRunOutput | None
+    ) -> AsyncIterator[AgentMessageEvent | TeamMessageEvent | TeamAgentEvent]:
+        """A team's events its lead's stream did not carry (they came as the lead's run
+        closed, or after: the work it left behind), from the team run's output, but those the
+        caller got already; a member's work that started then has its messages follow."""
+        for event in output.team_events if isinstance(output, TeamRunOutput) else []:
+            if _key(event) in self.merge.shown:
+                continue
+            yield event
+            if follows(event):
+                self.follow(event)
+                async for nested in self.merge.rest_of(self.members):
+                    yield nested
+
     def stop(self) -> None:
         for task in self.members:
             task.cancel()
+
+
+def _key(event: TeamMessageEvent | TeamAgentEvent) -> tuple[str, str, str, str]:
+    """What tells one team event from another: its team, message or work item, and event."""
+    if isinstance(event, TeamMessageEvent):
+        return (event.type, event.team, event.message_id, event.event)
+    return (event.type, event.team, event.work_item_id, event.event)
 
 
 def follows(item: object) -> TypeGuard[TeamAgentEvent]:

@@ -32,10 +32,11 @@ from .._messages import (
 from .._option_types import QuerySignal
 from .._options import check_options
 from .._pricing import check_priced
+from .._steer import check_steer
 from .._tracing import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._delegation_types import TeamRunInput
-from ..workflows._mail_types import MailNotice
+from ..workflows._mail_types import MailNotice, TeamRunOutput
 from ..workflows._refs import agent_ref, request_options, workflow_id_for
 from ..workflows._types import AgentRunInput, AgentRunOutput
 from ..workflows._visibility import PROMPT_MEMO, prompt_line, start_attributes
@@ -45,6 +46,7 @@ from ._default import get_default_runtime
 from ._merge import Failed, Item, Live, Mark, Merge, Nested, Producers, follows
 from ._runtime import WORKFLOW_APPEARS_S as APPEARS_S
 from ._runtime import Runtime
+from ._steer import send_steer
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -158,6 +160,18 @@ class QueryRun:
     def _send_interrupt(self) -> None:
         self._signals.append(asyncio.ensure_future(self._handle.signal("interrupt")))
 
+    async def steer(self, text: str) -> bool:
+        """A message for this query's model, taken at its next request (after the tool
+        results of the batch that is running): True once the run holds it, False when the
+        query is not running (not started yet, or ended or ending)."""
+        checked = check_steer(text)
+        if self._handle is None or self._done:
+            return False
+        why = await send_steer(self._client, self.workflow_id, checked)
+        if why is not None:
+            log.info("steer not taken: %s", why)
+        return why is None
+
     async def decide(self, decision: ApprovalDecision) -> None:
         """A decision on an approval request of this query or of a run beneath it."""
         if self._handle is None or self._done:
@@ -251,7 +265,7 @@ class QueryRun:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"team {team.name} · lead {agent.name}",
                 memo=memo,
-                result_type=AgentRunOutput,
+                result_type=TeamRunOutput,
                 start_signal=aborted,
             )
             handle = self._handle
@@ -429,6 +443,8 @@ class QueryRun:
                         yield event
                     async for nested in merge.rest_of(producers.members):
                         yield nested
+                    async for late in producers.late(output):
+                        yield late
                     yield item
                     break
                 for event in self._released(runtime, merge, producers, item):
@@ -475,7 +491,7 @@ class QueryRun:
         assert not isinstance(item, Mark)
         if follows(item):
             producers.follow(item)
-        return [item, *merge.delivered()]
+        return [item, *merge.delivered(item)]
 
     async def _landed(self, message: SDKMessage) -> bool:
         """Write a durable message of this run to the history store (assistant messages and
@@ -510,8 +526,9 @@ class QueryRun:
         try:
             return await self._handle.result()
         except WorkflowFailureError as err:
+            kind = TeamRunOutput if self.team else AgentRunOutput
             with contextlib.suppress(Exception):
-                return await output_of_close(self._client, self._handle.id, err)
+                return await output_of_close(self._client, self._handle.id, err, None, kind)
             return None
         except Exception:
             return None

@@ -35,7 +35,12 @@ from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_
 from ..activities._registry import AgentRegistry
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
 from ..worker._encryption import EncryptionCodec, EncryptionKeysLike
-from ..worker._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
+from ..worker._plugin import (
+    LatticePlugin,
+    create_mailbox_worker,
+    lattice_worker,
+    worker_identity,
+)
 from ..worker._pollers import PRIVATE_STICKY_TIMEOUT, serving
 from ..worker._telemetry import flush_tracing, temporal_runtime
 from ..workflows._agent import MESSAGES_TOPIC
@@ -116,6 +121,8 @@ class Runtime:
         self._receiver = StreamReceiver(stream_host or _settings.stream_host())
         self._lock = asyncio.Lock()
         self._indexed: bool | None = None  # the server has the Lattice search attributes
+        # the client's identity names a person or service: the inline workers get their own
+        self._worker_identity = False
         # the server's health as this runtime sees it (connect() starts watching it)
         self.watch = ServerWatch(client.service_client.config.target_host, DEFAULT_RECONNECT_S)
 
@@ -143,6 +150,7 @@ class Runtime:
         encryption_keys: EncryptionKeysLike | None = None,
         log_level: str | None = None,
         log_format: str | None = None,
+        identity: str | None = None,
     ) -> Runtime:
         """Connect the way the Temporal CLI does: the arguments over the ``TEMPORAL_*``
         environment over the profile file (``TemporalConnection.load``; or a ``connection``
@@ -161,7 +169,10 @@ class Runtime:
         its workers then refuse what reaches a run unencrypted (``LATTICE_ENCRYPTION_STRICT``,
         default on). ``log_level`` and ``log_format`` (default ``LATTICE_LOG_LEVEL``,
         ``LATTICE_LOG_FORMAT``): set up this process's logs on stderr, as text lines or one JSON
-        object a line (``_logs``); given neither, nor the variables, logging is left as it is."""
+        object a line (``_logs``); given neither, nor the variables, logging is left as it is.
+        ``identity``: this client's Temporal identity (default the SDK's ``pid@host``), which
+        Temporal records with each of its requests and which names the approver of its
+        approval decisions when they name none; its inline workers keep their own."""
         configure_if_asked(log_level, log_format)
         connection = TemporalConnection.given(
             connection,
@@ -185,6 +196,7 @@ class Runtime:
             quiet=quiet,
             plugins=[plugin],  # the converter, tracing; workers made from it inherit them
             runtime=temporal_runtime(metrics_port),
+            **({"identity": identity} if identity is not None else {}),
         )
         runtime = cls(
             client,
@@ -195,6 +207,7 @@ class Runtime:
             otel=plugin.otel,
         )
         runtime.watch = watch
+        runtime._worker_identity = identity is not None  # its workers are named as workers
         watch.on_gone.append(runtime._server_gone)
         watch.start(client)
         return runtime
@@ -246,6 +259,7 @@ class Runtime:
                     ),
                     # when this process dies, an adopter gets its runs' next tasks soon
                     sticky_queue_schedule_to_start_timeout=PRIVATE_STICKY_TIMEOUT,
+                    **({"identity": worker_identity()} if self._worker_identity else {}),
                 )
                 task = WorkerTask(worker.run(), name=f"lattice-worker-{queue}")
                 self._workers[queue] = (worker, task)

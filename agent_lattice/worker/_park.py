@@ -35,8 +35,8 @@ from temporalio.worker import Worker
 
 from .. import _settings
 from .._errors import ConfigurationError
-from .._sdk_internals import cached_runs as _cached
-from .._sdk_internals import evict
+from ._sdk_internals import cached_runs as _cached
+from ._sdk_internals import evict
 
 __all__ = [
     "DEFAULT_PARK_AFTER",

@@ -22,7 +22,6 @@ from .._channel_keys import configured_channel_key
 from .._errors import LatticeError
 from .._live_feeds import LIVE_MARK, live_feeds
 from .._mcp import mcp_connections_held
-from .._sdk_internals import sandbox_runner
 from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._registry import AgentRegistry
@@ -33,6 +32,7 @@ from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._commits import send_commit_notices
 from ._encryption import EncryptionKeysLike, lattice_data_converter
 from ._park import park_after_seconds, park_idle_runs
+from ._sdk_internals import sandbox_runner
 from ._server_wait import ServerWaitInterceptor
 from ._signals import SignalArgumentsInterceptor
 from ._telemetry import tracing_interceptor
@@ -86,11 +86,12 @@ def process_identity(pid: int | None = None) -> str:
     return f"{os.getpid() if pid is None else pid}@{socket.gethostname()}{_PID_NAMESPACE}"
 
 
-def _live_suffix() -> str:
-    """The port where this process serves its model requests' live tokens to attached
-    readers (``_live_feeds``), as the worker identity names it; nothing when turned off."""
+def worker_identity() -> str:
+    """What this process's agent workers call themselves: :func:`process_identity` and the
+    port where it serves its model requests' live tokens to attached readers
+    (``_live_feeds``; nothing when turned off)."""
     feeds = live_feeds()
-    return LIVE_MARK + feeds.start() if feeds is not None else ""
+    return process_identity() + (LIVE_MARK + feeds.start() if feeds is not None else "")
 
 
 class LatticePlugin(SimplePlugin):
@@ -213,7 +214,7 @@ class LatticePlugin(SimplePlugin):
         sdk_default = client is None or client.identity == f"{os.getpid()}@{socket.gethostname()}"
         # an identity the user chose (on the worker or its client) is kept
         if self.registry is not None and config.get("identity") is None and sdk_default:
-            config["identity"] = process_identity() + _live_suffix()
+            config["identity"] = worker_identity()
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         RequestModel,
         RunBatch,
         Started,
+        TakeSteers,
         next_step,
     )
     from . import _contract as contract
@@ -61,6 +62,8 @@ with workflow.unsafe.imports_passed_through():
     from ._notices import MESSAGES_TOPIC, CommitSource
     from ._outcomes import Outcomes, wait_condition
     from ._progress import Progress
+    from ._run_trace import RunTrace
+    from ._steering import Steering
     from ._tool_batch import ToolBatch
     from ._types import (
         AgentRunInput,
@@ -69,8 +72,6 @@ with workflow.unsafe.imports_passed_through():
         ModelCallInput,
         ModelCallOutput,
         ToolCallOutput,
-        TraceInput,
-        TraceItem,
     )
 from ._delegation_types import Report
 
@@ -89,6 +90,7 @@ class AgentWorkflow(
     CommitSource,
     Outcomes,
     Compacting,
+    Steering,
 ):
     @workflow.init
     def __init__(self, input: AgentRunInput) -> None:
@@ -117,7 +119,7 @@ class AgentWorkflow(
         # what the current workflow task published (the last one's is the run's output tail)
         self._task_length: int = 0
         self._task_items: list[object] = []
-        self._trace_seq = carried.trace_seq if carried else 0
+        self._tracing = RunTrace(input, carried.trace_seq if carried else 0)
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunOutput]] = {}
         self._cancelled_children: set[str] = set()
         self._pending_signals: list[asyncio.Task[None]] = []
@@ -240,7 +242,7 @@ class AgentWorkflow(
                 run_id=info.run_id,
             )
         )
-        if self._traced:
+        if self._tracing.enabled:
             start: dict[str, object] = {
                 "agent": agent.name,
                 "model": agent.model,
@@ -256,7 +258,7 @@ class AgentWorkflow(
                     if input.prompt_in_head
                     else {"content": prompt.to_wire()["content"]}
                 )
-                await self._trace([("run_start", start), ("user_message", said)])
+                await self._tracing.emit([("run_start", start), ("user_message", said)])
             except (ActivityError, ApplicationError) as err:  # a fail_on_error tracer failed
                 return await self._finish("error_during_execution", error=error_info(err))
         if input.deadline_s is not None:
@@ -273,6 +275,7 @@ class AgentWorkflow(
         self._new_count = carried.new_count
         self._compacted = carried.compacted
         self._usage, self._stop_reason = carried.usage, carried.stop_reason
+        self._carry_approvals()
         if input.deadline_s is not None:
             left = input.deadline_s - (workflow.now() - carried.started_at).total_seconds()
             self._deadline_timer = asyncio.ensure_future(self._deadline(max(left, 0.001)))
@@ -296,7 +299,7 @@ class AgentWorkflow(
             compacted=self._compacted,
             recovered=self._state.recovered,
             published=self._published,
-            trace_seq=self._trace_seq,
+            trace_seq=self._tracing.seq,
             started_at=self._started_at,
             runs=(self._input.continuation.runs if self._input.continuation else 1) + 1,
             landing=self._landing,
@@ -304,6 +307,7 @@ class AgentWorkflow(
             cost_unknown=self._cost_unknown,
             cost_by_agent=self._cost_by_agent,
             ledger=self._ledger,
+            approvals=self._resolved,
         )
         await self._stream.continue_as_new(
             lambda state: [
@@ -320,13 +324,15 @@ class AgentWorkflow(
             step = next_step(self._observed(), event)
             if isinstance(step, RequestModel | Compact) and await self._ask_banks():
                 step = next_step(self._observed(), event)  # with what its banks said
-            self._state = step.state
+            self._state, self._step = step.state, step  # (a steer's validator reads the step)
             if isinstance(step, Finish):
                 return await self._finish_step(step)
             if isinstance(step, ContinueAsNew):
                 await self._continue_as_new()
             elif isinstance(step, Compact):
                 event = await self._compact_step()
+            elif isinstance(step, TakeSteers):
+                event = await self._steer_step()
             elif isinstance(step, RequestModel):
                 event = await self._request_step()
             else:
@@ -341,6 +347,7 @@ class AgentWorkflow(
             interrupted=self._interrupted,
             aborted=self._aborted,
             continue_as_new_suggested=workflow.info().is_continue_as_new_suggested(),
+            steered=bool(self._steers),
             spent_usd=self._spent_usd(),
             outer_budget_usd=outer.max_budget_usd if outer else None,
             outer_spent_usd=outer.spent_usd if outer else 0.0,
@@ -426,16 +433,18 @@ class AgentWorkflow(
             mail = await self._lead_mail()
             if mail is not None:
                 blocks.append(mail)
+        steered = self._steers_into(blocks)
         results = ModelMessage(role="user", content=blocks)
         self._add(results, UserMessage(message=results, session_id=input.session_id))
         await self._land(results, head=self._head, unsent=self._unsent)
         ending = next((o for o in outcomes if o.end_turn), None)
         if ending is None:
-            return BatchDone()
+            return BatchDone(steered=steered)
         return BatchDone(
             end_turn=True,
             result=text_of(ending.block.content),
             structured_result=ending.structured_result,
+            steered=steered,
         )
 
     async def _finish_step(self, step: Finish) -> AgentRunOutput:
@@ -466,7 +475,7 @@ class AgentWorkflow(
                     after=self._published,
                     request=input.request,
                     run_id=workflow.info().run_id,
-                    trace_seq=self._seq_block(2),
+                    trace_seq=self._tracing.reserve(2),
                     unreachable_give_up_s=s.model_unreachable_give_up_s,
                     retry_initial_s=s.retry_initial_s,
                 ),
@@ -480,33 +489,6 @@ class AgentWorkflow(
             return await self._model_call
         finally:
             self._model_call = None
-
-    @property
-    def _traced(self) -> bool:
-        """Trace events go to the agent's own tracer or to the query's (``query(tracer=)``)."""
-        return self._input.agent.traced or self._input.traced
-
-    def _seq_block(self, size: int) -> int:
-        """Reserve ``size`` trace sequence numbers (deterministic, so retries reuse them)."""
-        start = self._trace_seq
-        self._trace_seq += size
-        return start
-
-    async def _trace(self, events: list[tuple[str, dict[str, object]]]) -> None:
-        input = self._input
-        if not self._traced or not events:
-            return
-        await contract.trace(
-            TraceInput(
-                agent_key=input.agent.key,
-                session_id=input.session_id,
-                run_id=workflow.info().run_id,
-                events=[
-                    TraceItem(seq=self._seq_block(1), type=kind, data=data) for kind, data in events
-                ],
-            ),
-            summary=f"{input.agent.name} · trace",
-        )
 
     def _add(self, message: ModelMessage, event: AssistantMessage | UserMessage) -> None:
         self._unsent.append(message)
@@ -533,9 +515,9 @@ class AgentWorkflow(
         await self._report_spending(if_changed=True)  # the banks hear of its last request
         if self._landing is not None and self._landing.error is not None:
             subtype, error = "error_during_execution", self._landing.error  # its store failed
-        if self._traced:
+        if self._tracing.enabled:
             try:
-                await self._trace(
+                await self._tracing.emit(
                     [
                         (
                             "result",

@@ -4,9 +4,12 @@
 The wait is workflow state: no activity runs and no worker slot is held, so it lasts minutes
 or days, across worker restarts and the exit of the process that started the query. The run
 keeps its waiting requests in its memo (``APPROVAL_MEMO``, readable while no worker is up)
-and in its current details (the Temporal UI's "waiting for approval: <tool>"). A decision is a
-``resolve_approval`` update: its validator refuses an unknown or already decided id before
-anything is written, and an ``updated_input`` is checked against the tool's schema first.
+and in its current details (the Temporal UI's "waiting for approval: <tool>"), and how each
+ended, by whom, in its memo too (``APPROVAL_HISTORY_MEMO``, carried across continue-as-new).
+A decision is a ``resolve_approval`` update: its validator refuses an unknown or already
+decided id, and a decision whose ``approver`` is not on the request's allow-list, before
+anything is written (a payload the worker cannot read was refused before the validator ran);
+an ``updated_input`` is checked against the tool's schema first.
 Each request is published on the run's stream and passed up to the parent run, so the
 top-level query's stream shows its children's and team members' requests too.
 """
@@ -22,7 +25,14 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from .._approvals import APPROVAL_MEMO, TIMED_OUT, ApprovalAsk
+    from .._approvals import (
+        APPROVAL_HISTORY_MEMO,
+        APPROVAL_MEMO,
+        HISTORY_KEPT,
+        TIMED_OUT,
+        ApprovalAsk,
+        ResolvedApproval,
+    )
     from .._messages import SystemMessage, ToolResultBlock, ToolUseBlock
     from . import _contract as contract
     from ._approval_types import (
@@ -37,6 +47,10 @@ with workflow.unsafe.imports_passed_through():
     from ._types import AgentRunInput, ToolCallInput, ToolCallOutput
 
 __all__ = ["Approvals"]
+
+# A continued run shows the decisions of the runs before it at once (its memo starts without
+# them); only runs carrying decisions do, and runs recorded before never carried any.
+CARRY_APPROVAL_HISTORY = "lattice-approval-history-carried"
 
 C = TypeVar("C", bound=ToolCallInput)
 
@@ -56,12 +70,22 @@ class Approvals:
         self._waiting: dict[str, PendingApproval] = {}
         self._decisions: dict[str, ApprovalDecision] = {}
         self._ended: dict[str, str] = {}  # approval id -> how it ended
+        carried = self._input.continuation
+        # how the query's requests ended, newest last (the memo's last HISTORY_KEPT)
+        self._resolved: list[ResolvedApproval] = list(carried.approvals) if carried else []
+
+    def _carry_approvals(self) -> None:
+        """A run continued as new: its memo lists the earlier runs' decisions too."""
+        if self._resolved and workflow.patched(CARRY_APPROVAL_HISTORY):
+            history = [r.model_dump(mode="json") for r in self._resolved]
+            workflow.upsert_memo({APPROVAL_HISTORY_MEMO: history})
 
     @workflow.update(name="resolve_approval")
     async def resolve_approval(self, decision: ApprovalDecision) -> PendingApproval:
         """Decide on a waiting request: the tool runs (``allow``) or the model is told
         (``deny``). Refused (an ``ApprovalError`` for the caller) for an unknown or already
-        decided id, or an ``updated_input`` the tool's schema does not accept."""
+        decided id, an approver the request's allow-list lacks, or an ``updated_input`` the
+        tool's schema does not accept."""
         request = self._undecided(decision.approval_id)
         if decision.updated_input is not None:
             checked = await contract.check_tool_input(
@@ -83,7 +107,22 @@ class Approvals:
 
     @resolve_approval.validator
     def _check_decision(self, decision: ApprovalDecision) -> None:
-        self._undecided(decision.approval_id)  # refused: no trace in the history
+        # refused here: no trace in the history
+        request = self._undecided(decision.approval_id)
+        allowed = request.approvers
+        if allowed is not None and decision.approver not in allowed:
+            who = (
+                f"approver {decision.approver!r} is"
+                if decision.approver is not None
+                else "a decision that names no approver is"
+            )
+            raise ApplicationError(
+                f"{who} not allowed to decide approval {decision.approval_id!r} "
+                f"({request.tool_name}) of {workflow.info().workflow_id}: its approvers are "
+                f"{', '.join(allowed)}; nothing changed",
+                type=FailureType.APPROVAL_REFUSED,
+                non_retryable=True,
+            )
 
     @workflow.query(name="pending_approvals")
     def pending_approvals(self) -> list[PendingApproval]:
@@ -140,6 +179,7 @@ class Approvals:
             tool_use_id=use.id,
             requested_at=workflow.now(),
             message=ask.message,
+            approvers=ask.approvers,
         )
         self._waiting[approval_id] = request
         self._show_waiting()
@@ -176,6 +216,9 @@ class Approvals:
             how = "timed_out"
             outcome = ToolResultBlock(tool_use_id=use.id, content=TIMED_OUT, is_error=True)
         self._ended[approval_id] = how
+        ended = request.ended(how, workflow.now(), decision)
+        self._resolved.append(ended)
+        del self._resolved[:-HISTORY_KEPT]
         self._show_waiting()
         self._publish(
             SystemMessage(
@@ -187,7 +230,8 @@ class Approvals:
                 tool_name=use.name,
                 tool_use_id=use.id,
                 behavior=how,
-                message=decision.message if decision is not None else None,
+                message=ended.message,
+                approver=ended.approver,
             )
         )
         return outcome
@@ -196,9 +240,12 @@ class Approvals:
         """The waiting requests where an operator and other processes see them without a
         worker: the run's memo and its current details."""
         waiting = list(self._waiting.values())
-        workflow.upsert_memo(
-            {APPROVAL_MEMO: [r.model_dump(mode="json") for r in waiting] if waiting else None}
-        )
+        memo: dict[str, object] = {
+            APPROVAL_MEMO: [r.model_dump(mode="json") for r in waiting] if waiting else None
+        }
+        if self._resolved:  # one upsert as before: the same commands as runs recorded earlier
+            memo[APPROVAL_HISTORY_MEMO] = [r.model_dump(mode="json") for r in self._resolved]
+        workflow.upsert_memo(memo)
         self._show_details()
 
     def _waiting_lines(self) -> list[str]:
@@ -220,6 +267,7 @@ class Approvals:
                 tool_input=request.tool_input,
                 tool_use_id=request.tool_use_id,
                 message=request.message,
+                approvers=request.approvers,
             )
         )
         info = workflow.info()

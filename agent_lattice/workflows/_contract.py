@@ -137,6 +137,8 @@ class FailureType(StrEnum):
     MEMBER_BUSY = "MemberBusy"
     # a decision on an approval request was refused (an ApprovalError for its caller)
     APPROVAL_REFUSED = "ApprovalError"
+    # a steer the run cannot take (it is ending, or the text is not one): False for its caller
+    STEER_REFUSED = "SteerRefused"
     # a delegated run's history store, bound to fail_on_error, failed: the run stops
     HISTORY_STORE_ERROR = "HistoryStoreError"
 

@@ -1,16 +1,23 @@
 # pyright: strict
 """The payloads of a team runtime's mail: a notice that mail was sent (a signal), a claim of
 a member's next message and its settling by the drain rules (activities), and the delivery
-of the lead's own mail (see ``workflows/_team`` and ``activities/_team``)."""
+of the lead's own mail (see ``workflows/_team`` and ``activities/_team``); and what a team run
+returns: its lead's output with the events that came after the lead's run had closed."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Annotated
+
+from pydantic import BaseModel, Field
 
 from .._mailbox import TeamMessage
+from .._messages import TeamAgentEvent, TeamMessageEvent
 from ._delegation_types import Handoff
+from ._types import AgentRunOutput
 
-__all__ = ["LeadMail", "MailClaim", "MailClaimed", "MailNotice", "MailSettled"]
+__all__ = ["LeadMail", "MailClaim", "MailClaimed", "MailNotice", "MailSettled", "TeamRunOutput"]
+
+TeamEvent = Annotated[TeamMessageEvent | TeamAgentEvent, Field(discriminator="type")]
 
 
 class MailNotice(BaseModel):
@@ -47,3 +54,11 @@ class LeadMail(BaseModel):
 
     lead_key: str
     lead_session_id: str
+
+
+class TeamRunOutput(AgentRunOutput):
+    """A TeamWorkflow's output: its lead's, and the team's events that came after the lead's
+    run had closed (the work it left behind, ending ``cancelled``), which no longer reach the
+    lead's stream: the caller puts them in the team query's stream before the result."""
+
+    team_events: list[TeamEvent] = Field(default_factory=list[TeamEvent])

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
-
-from .._sdk_internals import stream_batch
+from temporalio.contrib.workflow_streams import WorkflowStream
 
 __all__ = ["MESSAGES_TOPIC", "CommitSource"]
 
@@ -36,7 +34,7 @@ class CommitSource:
         """The stream's length: the offset after its last message."""
         return self._published
 
-    def published_from(self, offset: int) -> PollResult | None:
-        """The messages from ``offset``, as the stream's poll query returns them (a read of
-        the run's state: no command, nothing changed); None without the fast paths."""
-        return stream_batch(self._stream, PollInput(topics=[MESSAGES_TOPIC], from_offset=offset))
+    def notice_stream(self) -> WorkflowStream:
+        """The run's stream, whose messages from an offset the worker reads (a read of the
+        run's state: no command, nothing changed; ``worker/_sdk_internals.stream_batch``)."""
+        return self._stream

@@ -57,16 +57,19 @@ class ChildOutput(BaseModel):
     output: AgentRunOutput
 
 
-def output_of_failure(err: BaseException | None) -> AgentRunOutput | None:
+def output_of_failure(
+    err: BaseException | None, output_type: type[AgentRunOutput] = AgentRunOutput
+) -> AgentRunOutput | None:
     """The output a run that ended Failed with an error result carries in its failure (``err``:
-    that failure, or a child's error wrapping it); None for a failure of another kind."""
+    that failure, or a child's error wrapping it), read as ``output_type`` (a team run's:
+    ``TeamRunOutput``); None for a failure of another kind."""
     cause = err.cause if isinstance(err, ChildWorkflowError) else err
     if not isinstance(cause, ApplicationError) or not cause.details:
         return None
     if not (cause.type or "").startswith("error_"):
         return None
     try:
-        output = AgentRunOutput.model_validate(cause.details[0])
+        output = output_type.model_validate(cause.details[0])
     except ValidationError:
         return None
     return output if output.result.subtype == cause.type else None

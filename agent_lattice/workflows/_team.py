@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -31,7 +31,14 @@ with workflow.unsafe.imports_passed_through():
     from . import _contract as contract
     from ._approval_types import ForwardedApproval
     from ._children import signal_quietly, start_child, start_query
-    from ._mail_types import MailClaim, MailClaimed, MailNotice, MailSettled
+    from ._mail_types import (
+        MailClaim,
+        MailClaimed,
+        MailNotice,
+        MailSettled,
+        TeamEvent,
+        TeamRunOutput,
+    )
     from ._outcomes import Outcomes, wait_condition
     from ._types import AgentRunOutput
 from ._delegation_types import (
@@ -50,6 +57,14 @@ from ._delegation_types import (
 # Runs recorded before this change ended as soon as the lead did (left work stayed open).
 SETTLE_LEFT_WORK = "team-settle-left-work"
 SETTLE_TIMEOUT_S = 120.0
+# Runs recorded before this signalled every event to the lead, closed or not (those that came
+# after its close were lost); now they travel in the team's output (TeamRunOutput).
+LATE_EVENTS = "team-late-events"
+_EVENTS = ("team_message", "team_agent")
+# A signal that reaches the lead while its closing workflow task runs is taken after its
+# output was made, and its reader never sees it: the events signalled this long before the
+# close go in the output too (the caller skips those it has shown).
+LATE_WINDOW = timedelta(seconds=5)
 # how a team run stops its work, the weakest first: a Temporal cancel request is an interrupt
 # passed on as the runs' own cancel requests
 _STOPS = ("interrupt", "cancel", "abort")
@@ -71,6 +86,9 @@ class TeamWorkflow(Outcomes):
         self._lead: workflow.ChildWorkflowHandle[Any, AgentRunOutput] | None = None
         self._stopping: str | None = None  # one of _STOPS once asked
         self._last_send: asyncio.Future[None] | None = None
+        self._lead_closed = False
+        self._late: list[TeamEvent] | None = None  # None: a run recorded before LATE_EVENTS
+        self._recent: list[tuple[datetime, TeamEvent]] = []  # signalled within LATE_WINDOW
         self._tasks: set[asyncio.Future[None]] = set()
         self._init_outcomes()
 
@@ -142,6 +160,8 @@ class TeamWorkflow(Outcomes):
 
     async def _run(self, input: TeamRunInput) -> AgentRunOutput:
         info = workflow.info()
+        if workflow.patched(LATE_EVENTS):
+            self._late = []
         # a team aborted before its lead started (a signal set already) starts it aborted:
         # told after its start, the lead could finish its first request and succeed
         update: dict[str, object] = {"team_workflow_id": info.workflow_id}
@@ -159,17 +179,22 @@ class TeamWorkflow(Outcomes):
             self._forward(self._lead, self._stopping)
         runner = asyncio.ensure_future(self._run_work())
         try:
-            return await self._lead
+            output = await self._lead
         except ChildWorkflowError as err:
             # a lead that ended Failed with an error result, or Canceled, has its output
             output = self._ended_child(err, input.lead_workflow_id)
             if output is None:
                 raise
-            return output
         finally:
+            self._close_lead()
             if (self._queue or self._working) and workflow.patched(SETTLE_LEFT_WORK):
                 await self._settle_left_work()
             runner.cancel()
+        if self._late is None:
+            return output
+        if self._last_send is not None:
+            await self._last_send  # every event has reached the lead, or is late
+        return TeamRunOutput(**dict(output), team_events=self._late)
 
     async def _settle_left_work(self) -> None:
         """The lead has its result (or failed) with handed-off work still queued or running:
@@ -189,6 +214,13 @@ class TeamWorkflow(Outcomes):
                 self._input.team,
                 self._working,
             )
+
+    def _close_lead(self) -> None:
+        """The lead's run closed: the events signalled just before may be lost to its stream."""
+        self._lead_closed = True
+        if self._late is not None:
+            since = workflow.now() - LATE_WINDOW
+            self._late[:0] = [event for at, event in self._recent if at >= since]
 
     def _stop(self, how: str) -> None:
         if self._stopping is not None and _STOPS.index(self._stopping) >= _STOPS.index(how):
@@ -451,15 +483,31 @@ class TeamWorkflow(Outcomes):
         )
 
     def _to_lead(self, signal: str, event: Any) -> asyncio.Future[None] | None:
-        """Send an event to the lead (in order: each send waits for the one before)."""
+        """Send an event to the lead (in order: each send waits for the one before). A team
+        event the lead's closed run can no longer take is late: it goes in the team's output."""
         if self._lead is None:
             return None
         lead, before = self._lead, self._last_send
+        late = self._late if signal in _EVENTS else None
 
         async def send() -> None:
             if before is not None:
                 await before
-            await signal_quietly(lead, signal, event)
+            if self._late is None:  # a run recorded before LATE_EVENTS
+                await signal_quietly(lead, signal, event)
+                return
+            try:
+                if not self._lead_closed:
+                    await lead.signal(signal, event)
+                    if late is not None and not self._lead_closed:
+                        now = workflow.now()
+                        self._recent = [r for r in self._recent if r[0] >= now - LATE_WINDOW]
+                        self._recent.append((now, event))
+                        return
+            except Exception as err:  # it closed meanwhile
+                workflow.logger.debug("signal %s failed: %s", signal, err)
+            if late is not None:
+                late.append(event)
 
         self._last_send = asyncio.ensure_future(send())
         return self._last_send

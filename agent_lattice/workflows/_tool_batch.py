@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from . import _contract as contract
     from ._contract import HOST_FAILURES
     from ._failures import cut_off, did_not_finish, error_info
+    from ._run_trace import RunTrace
     from ._types import AgentRunInput, ToolCallInput, ToolCallOutput, ToolResultsHookInput
 
 
@@ -28,14 +29,9 @@ class ToolBatch:
     _tool_calls: set[asyncio.Task[ToolCallOutput]]
     _made_here: set[str]
     # from AgentWorkflow and Delegating
-    _seq_block: Callable[[int], int]
-    _trace: Callable[[list[tuple[str, dict[str, object]]]], Awaitable[None]]
+    _tracing: RunTrace
     _call_child: Callable[[ToolUseBlock], Awaitable[ToolCallOutput]]
     _decided: Callable[[ToolCallInput, ApprovalAsk], Awaitable[ToolCallInput | ToolCallOutput]]
-
-    @property
-    def _traced(self) -> bool:  # AgentWorkflow's property comes first in its MRO
-        raise NotImplementedError
 
     async def _run_tools(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
         """Run a batch: consecutive concurrency-safe calls together, the others alone;
@@ -90,7 +86,7 @@ class ToolBatch:
             tool_use=use,
             run_id=workflow.info().run_id,
             context=input.context,
-            trace_seq=self._seq_block(2),
+            trace_seq=self._tracing.reserve(2),
             workspace_grants=input.workspace_grants,
             team_runtime_id=input.team_runtime_id or input.team_workflow_id,
         )
@@ -146,7 +142,7 @@ class ToolBatch:
         self, reply: ModelMessage, outcomes: list[ToolCallOutput]
     ) -> list[ToolCallOutput]:
         outcomes = await self._hook_results(reply, outcomes)
-        if self._traced and self._made_here:
+        if self._tracing.enabled and self._made_here:
             events: list[tuple[str, dict[str, object]]] = []
             for use, outcome in zip(reply.tool_uses, outcomes, strict=True):
                 if use.id in self._made_here:
@@ -156,7 +152,7 @@ class ToolBatch:
                     events.append(
                         ("tool_result", outcome.block.model_dump(mode="json", exclude={"type"}))
                     )
-            await self._trace(events)
+            await self._tracing.emit(events)
         return outcomes
 
     async def _hook_results(

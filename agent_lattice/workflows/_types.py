@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from .._approvals import ApprovalAsk
+from .._approvals import ApprovalAsk, ResolvedApproval
 from .._batches import BatchDecision
 from .._messages import (
     ContentBlock,
@@ -165,6 +165,8 @@ class Continuation(BaseModel):
     cost_unknown: bool = False
     cost_by_agent: dict[str, float | None] = Field(default_factory=dict)
     ledger: dict[str, float] = Field(default_factory=dict)  # a bank's books (see Bank)
+    # how the query's approval requests ended so far (the memo's history; see _approvals)
+    approvals: list[ResolvedApproval] = Field(default_factory=list[ResolvedApproval])
 
 
 class TraceParent(BaseModel):

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -56,8 +55,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 # private to the SDK: the in-sandbox runner's instance, subclassed by CachedRun
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
-from ._errors import ConfigurationError
-from ._streaming import Committed
+from .. import _settings
+from .._streaming import Committed
+from ..workflows._notices import MESSAGES_TOPIC
 
 __all__ = [
     "FAST_PATHS",
@@ -88,11 +88,8 @@ _warned: list[str] = []
 def fast_paths_on() -> bool:
     """Whether the fast paths are on: ``LATTICE_SDK_FAST_PATHS`` is not ``off`` and the
     installed temporalio is the minor version they were written for (else one warning)."""
-    raw = os.environ.get("LATTICE_SDK_FAST_PATHS", "").strip().lower()
-    if raw in ("off", "0", "false", "no"):
+    if not _settings.sdk_fast_paths():
         return False
-    if raw not in ("", "on", "1", "true", "yes"):
-        raise ConfigurationError(f"LATTICE_SDK_FAST_PATHS={raw!r} is not 'on' or 'off'")
     version = temporalio.__version__
     if version == WRITTEN_FOR or version.startswith(WRITTEN_FOR + "."):
         return True
@@ -195,7 +192,9 @@ class CachedRun(_Instance):
         upto = workflow.published_count()
         if start is None or upto <= start:
             return None
-        batch = workflow.published_from(start)
+        batch = stream_batch(
+            workflow.notice_stream(), PollInput(topics=[MESSAGES_TOPIC], from_offset=start)
+        )
         if batch is None:
             return None
         self.noticed = batch.next_offset

@@ -1,0 +1,51 @@
+# pyright: strict
+"""A run's trace events from workflow code: whether the run is traced, the sequence numbers
+its events and activities take (deterministic, so a retried task reuses them, and carried
+across continue-as-new), and the trace activity that delivers what the workflow itself
+saw (the run's start, results it made, its result)."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from . import _contract as contract
+    from ._types import AgentRunInput, TraceInput, TraceItem
+
+__all__ = ["RunTrace"]
+
+
+class RunTrace:
+    """Owned by an AgentWorkflow: its tracing, as the workflow does it."""
+
+    def __init__(self, input: AgentRunInput, seq: int) -> None:
+        self._input = input
+        self.seq = seq  # the next free sequence number
+
+    @property
+    def enabled(self) -> bool:
+        """Trace events go to the agent's own tracer or to the query's (``query(tracer=)``)."""
+        return self._input.agent.traced or self._input.traced
+
+    def reserve(self, size: int) -> int:
+        """Reserve ``size`` sequence numbers (for an activity's own events); the first."""
+        start = self.seq
+        self.seq += size
+        return start
+
+    async def emit(self, events: list[tuple[str, dict[str, object]]]) -> None:
+        """Deliver ``events`` to the run's tracer (nothing when it has none)."""
+        input = self._input
+        if not self.enabled or not events:
+            return
+        await contract.trace(
+            TraceInput(
+                agent_key=input.agent.key,
+                session_id=input.session_id,
+                run_id=workflow.info().run_id,
+                events=[
+                    TraceItem(seq=self.reserve(1), type=kind, data=data) for kind, data in events
+                ],
+            ),
+            summary=f"{input.agent.name} · trace",
+        )
