@@ -169,6 +169,6 @@ async def test_a_drill_refuses_a_task_queue_another_worker_serves(crash_drill, l
 async def test_a_drill_that_cannot_be_set_up_says_why_before_any_worker_starts(
     agent, kill, error, message
 ):
-    # no address: nothing may connect (there is no server at this one)
+    # an address where no server listens: each mistake is found before anything connects
     with pytest.raises(error, match=message):
         await lattice_testing.crash_drill(APP, agent, "x", kill=kill, address="127.0.0.1:9")
