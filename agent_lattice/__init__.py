@@ -6,15 +6,6 @@ activities, so a conversation survives a crashed process, worker or server.
 
 from ._agent import Agent, AgentLike, AgentSpec, create_agent, create_bare_agent, define_agent
 from ._approvals import PendingApproval, ResolvedApproval
-from ._batches import BatchPolicyRequest, ToolCallInfo
-from ._compaction import DEFAULT_COMPACTION_PROMPT
-from ._delegation import (
-    DelegationInput,
-    ObservationSupport,
-    ObserveRequest,
-    agent_tool,
-    delegate_tool,
-)
 from ._errors import (
     AbortError,
     AgentRunError,
@@ -36,30 +27,7 @@ from ._errors import (
     TracerError,
     TranscriptMissing,
 )
-from ._history import (
-    HistoryStore,
-    create_jsonl_history_store,
-    create_postgres_history_store,
-    define_history_store,
-)
 from ._hooks import AgentHooks, ModelRequestContext, ToolResultContext, create_composite_agent_hooks
-from ._mailbox import (
-    TeamMailbox,
-    TeamMessage,
-    create_memory_mailbox,
-    create_postgres_mailbox,
-    create_sqlite_mailbox,
-    mailbox_id,
-)
-from ._mcp import (
-    MCPClient,
-    MCPConnection,
-    connect_mcp_stdio_server,
-    connect_mcp_streamable_http_server,
-    create_mcp_tools,
-    mcp_stdio_server,
-    mcp_streamable_http_server,
-)
 from ._messages import (
     AgentMessageEvent,
     AssistantMessage,
@@ -81,31 +49,10 @@ from ._messages import (
     Usage,
     UserMessage,
 )
-from ._observability import create_langfuse_context_tracer, create_langsmith_context_tracer
 from ._option_types import AgentOptions, AgentToolOptions, DelegateToolOptions, QueryOptions
 from ._output_schema import OutputSchema
 from ._pricing import ANTHROPIC_PRICES, ModelPrice, model_price
-from ._skills import Skill, load_skill, skill
-from ._team import DrainResult, Team, TeamMember, create_team, team_member
-from ._team_runner import TeamRunner, create_team_runner
-from ._tools import (
-    SUBMIT_OUTPUT_TOOL_NAME,
-    PermissionRequest,
-    ToolContext,
-    ToolDefinition,
-    ToolOptions,
-    ToolResult,
-    tool,
-)
-from ._tracing import (
-    ContextTracer,
-    TraceEvent,
-    create_composite_context_tracer,
-    create_jsonl_context_tracer,
-    define_context_tracer,
-)
 from ._version import __version__ as __version__
-from ._workspace import create_agent_workspace_tools, create_builtin_tools
 from .client import (
     DevServer,
     Runtime,
@@ -119,7 +66,62 @@ from .client import (
     set_default_runtime,
     steer,
 )
+from .history._compaction import DEFAULT_COMPACTION_PROMPT
+from .history._stores import (
+    HistoryStore,
+    create_jsonl_history_store,
+    create_postgres_history_store,
+    define_history_store,
+)
 from .providers import AnthropicModelClient, ModelClient, ModelRequest, ProviderError
+from .teams._delegation import (
+    DelegationInput,
+    ObservationSupport,
+    ObserveRequest,
+    agent_tool,
+    delegate_tool,
+)
+from .teams._mailbox import (
+    TeamMailbox,
+    TeamMessage,
+    create_memory_mailbox,
+    create_postgres_mailbox,
+    create_sqlite_mailbox,
+    mailbox_id,
+)
+from .teams._runner import TeamRunner, create_team_runner
+from .teams._team import DrainResult, Team, TeamMember, create_team, team_member
+from .tools._batches import BatchPolicyRequest, ToolCallInfo
+from .tools._mcp import (
+    MCPClient,
+    MCPConnection,
+    connect_mcp_stdio_server,
+    connect_mcp_streamable_http_server,
+    create_mcp_tools,
+    mcp_stdio_server,
+    mcp_streamable_http_server,
+)
+from .tools._skills import Skill, load_skill, skill
+from .tools._tool import (
+    SUBMIT_OUTPUT_TOOL_NAME,
+    PermissionRequest,
+    ToolContext,
+    ToolDefinition,
+    ToolOptions,
+    ToolResult,
+    tool,
+)
+from .tracing._langsmith_langfuse import (
+    create_langfuse_context_tracer,
+    create_langsmith_context_tracer,
+)
+from .tracing._tracers import (
+    ContextTracer,
+    TraceEvent,
+    create_composite_context_tracer,
+    create_jsonl_context_tracer,
+    define_context_tracer,
+)
 from .worker import (
     EncryptionCodec,
     EncryptionKeys,
@@ -128,6 +130,7 @@ from .worker import (
     UnknownEncryptionKeyError,
     create_worker,
 )
+from .workspace._tools import create_agent_workspace_tools, create_builtin_tools
 
 __all__ = [
     "ANTHROPIC_PRICES",

@@ -15,10 +15,7 @@ from typing import Any, Protocol, Unpack, runtime_checkable
 
 from . import _settings
 from ._approvals import check_approvers, check_decision
-from ._batches import ToolConcurrency, batch_policy_validator
-from ._compaction import CompactionSettings
 from ._errors import ConcurrentQueryError, ConfigurationError, OptionError
-from ._history import HistoryStore, as_messages, check_history_store
 from ._hooks import AgentHooks
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._option_types import AgentOptions, QueryOptions
@@ -26,15 +23,18 @@ from ._options import check_endpoint, check_options, check_request_options
 from ._output_schema import OutputSchema
 from ._pricing import ModelPrice, check_priced, price_option
 from ._session import QueryRunner, Session
-from ._skills import SKILL_TOOL_NAME, Skill, SkillsMode, skill_tool, skills_mode
-from ._tools import (
+from .history._compaction import CompactionSettings
+from .history._stores import HistoryStore, as_messages, check_history_store
+from .providers import AnthropicModelClient, ModelClient
+from .tools._batches import ToolConcurrency, batch_policy_validator
+from .tools._skills import SKILL_TOOL_NAME, Skill, SkillsMode, skill_tool, skills_mode
+from .tools._tool import (
     SUBMIT_OUTPUT_TOOL_NAME,
     ToolDefinition,
     check_tool_name,
     submit_output_tool,
 )
-from ._tracing import ContextTracer
-from .providers import AnthropicModelClient, ModelClient
+from .tracing._tracers import ContextTracer
 
 __all__ = [
     "Agent",
@@ -272,7 +272,7 @@ def _built_in_tools(
 
 
 def _workspace(value: Any) -> str | bool | dict[str, Any] | None:
-    from ._workspace import check_workspace_option
+    from .workspace._tools import check_workspace_option
 
     return check_workspace_option(value)
 
@@ -317,7 +317,7 @@ class Agent:
         # the private workspace and its built-in tools (create_agent; not create_bare_agent)
         self.workspace: Path | None = None
         if builtin and config.workspace is not False:
-            from ._workspace import agent_workspace, default_workspace
+            from .workspace._tools import agent_workspace, default_workspace
 
             root, builtins = agent_workspace(
                 config.workspace,  # type: ignore[arg-type] - not False here

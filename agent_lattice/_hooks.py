@@ -13,7 +13,7 @@ from typing import Any
 
 from ._errors import OptionError
 from ._messages import ModelMessage, ToolResultBlock
-from ._tools import run_off_loop
+from .tools._tool import run_off_loop
 
 __all__ = [
     "AgentHooks",

@@ -2,8 +2,8 @@
 
 One set of keys encrypts a deployment (``LATTICE_ENCRYPTION_KEYS``,
 ``LATTICE_ENCRYPTION_KEYS_FILE``, ``encryption_keys=``): the Temporal payloads
-(``worker/_encryption``), the live channel (``_channel_keys``), the transcript store and the
-history stores that ask (``_at_rest``). The first key encrypts, every listed key decrypts, so
+(``worker/_encryption``), the live channel (``live/_keys``), the transcript store and the
+history stores that ask (``history/_at_rest``). The first key encrypts, every listed key decrypts, so
 a key is rotated by putting a new one first and keeping the old ones while what was written
 with them may still be read. Errors name a key by its id, never by its material.
 ``cryptography`` (the ``encryption`` extra) is imported only when keys are given: the core

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._batches import BatchDecision, rejection_content
 from ._messages import ContentBlock, ModelMessage, ToolResultBlock, ToolUseBlock
-from ._tools import SUBMIT_OUTPUT_TOOL_NAME
+from .tools._batches import BatchDecision, rejection_content
+from .tools._tool import SUBMIT_OUTPUT_TOOL_NAME
 
 __all__ = [
     "TRUNCATED_TOOL_CALL",

@@ -13,12 +13,12 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, Required, TypedDict
 
-from ._history import HistoryStore
 from ._hooks import AgentHooks
-from ._skills import Skill, SkillsMode
-from ._tools import ToolDefinition, ToolOptions
-from ._tracing import ContextTracer
+from .history._stores import HistoryStore
 from .providers import ModelClient
+from .tools._skills import Skill, SkillsMode
+from .tools._tool import ToolDefinition, ToolOptions
+from .tracing._tracers import ContextTracer
 
 __all__ = [
     "AgentOptions",

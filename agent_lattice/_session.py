@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 from ._approvals import ApprovalDecision
 from ._errors import ApprovalError, ConcurrentQueryError
-from ._history import HistoryStore, QueryMirror, RunLandings, caught_up
 from ._messages import ModelMessage, ResultMessage, SDKMessage
 from ._steer import check_steer
+from .history._stores import HistoryStore, QueryMirror, RunLandings, caught_up
 
 __all__ = ["QueryRunner", "Session"]
 

@@ -294,7 +294,7 @@ def codec_token() -> str | None:
 
 def channel_key() -> str | None:
     """``LATTICE_CHANNEL_KEY``: a secret shared by callers and workers on several hosts that
-    signs the live side channel when no encryption keys are set (``_channel_keys``)."""
+    signs the live side channel when no encryption keys are set (``live/_keys``)."""
     return os.environ.get("LATTICE_CHANNEL_KEY", "").strip() or None
 
 

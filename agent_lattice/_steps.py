@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ._batches import BatchDecision
-from ._compaction import is_context_overflow
 from ._loop import batch_rejection, rejected_results, truncated_results
 from ._messages import ErrorInfo, ErrorKind, ModelMessage, ResultSubtype, ToolResultBlock, Usage
-from ._tools import SUBMIT_OUTPUT_TOOL_NAME
+from .history._compaction import is_context_overflow
+from .tools._batches import BatchDecision
+from .tools._tool import SUBMIT_OUTPUT_TOOL_NAME
 
 __all__ = [
     "ABORTED",

@@ -27,7 +27,6 @@ from peer import start_fake_model
 
 from agent_lattice import create_builtin_tools
 from agent_lattice._messages import ModelMessage
-from agent_lattice._tools import ToolSpec
 from agent_lattice.providers import ModelRequest
 from agent_lattice.providers._anthropic import (
     AnthropicModelClient,
@@ -35,6 +34,7 @@ from agent_lattice.providers._anthropic import (
     _to_message,
     shared_http_client_held,
 )
+from agent_lattice.tools._tool import ToolSpec
 
 TRANSPORTS: dict[str, Callable[[], Any]] = {
     "httpx (SDK default)": anthropic.DefaultAsyncHttpxClient,

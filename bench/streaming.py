@@ -49,7 +49,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Worker
 
-from agent_lattice._streaming import StreamReceiver, StreamSender
+from agent_lattice.live._channel import StreamReceiver, StreamSender
 
 TOPIC = "events"
 SCRIPT = str(Path(__file__).resolve())

@@ -162,4 +162,4 @@ def test_the_walk_sees_lazy_and_type_checking_imports(tmp_path):
     assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.client._query"]
     assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.activities._registry"]
     # _team imports _agent inside create_team() only
-    assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}._team"]
+    assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.teams._team"]

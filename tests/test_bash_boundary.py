@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from agent_lattice import ConfigurationError, ToolContext, _settings, create_agent_workspace_tools
-from agent_lattice._bash import read_command
-from agent_lattice._sandbox import _warn_once, sandbox_problem
 from agent_lattice.testing import assert_eventually
+from agent_lattice.workspace._sandbox import _warn_once, sandbox_problem
+from agent_lattice.workspace.bash._writes import read_command
 
 NO_SANDBOX = sandbox_problem()
 MODES = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_lattice._bash import read_command
+from agent_lattice.workspace.bash._writes import read_command
 
 
 def writes(command: str, env: dict[str, str] | None = None, base: str = ".") -> list[str]:

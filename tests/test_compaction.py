@@ -17,7 +17,7 @@ from agent_lattice import (
     create_agent,
     define_history_store,
 )
-from agent_lattice._compaction import compacted_history, cut_point, summary_request
+from agent_lattice.history._compaction import compacted_history, cut_point, summary_request
 from agent_lattice.testing import (
     RecordedRequest,
     Reply,

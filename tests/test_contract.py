@@ -18,10 +18,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 import agent_lattice
-from agent_lattice._batches import BatchDecision
 from agent_lattice._messages import ResultMessage, ToolResultBlock
-from agent_lattice._streaming import LiveItem
 from agent_lattice.activities import AgentActivities
+from agent_lattice.live._channel import LiveItem
+from agent_lattice.tools._batches import BatchDecision
 from agent_lattice.workflows import _contract as contract
 from agent_lattice.workflows._contract import (
     HOST_FAILURES,
@@ -512,8 +512,8 @@ def test_a_recorded_set_holds_the_tagged_shapes():
 
 
 async def test_live_items_cross_the_side_channel_as_models(monkeypatch):
-    from agent_lattice import _streaming
-    from agent_lattice._channel_keys import caller_channel_key
+    from agent_lattice.live import _channel as _streaming
+    from agent_lattice.live._keys import caller_channel_key
 
     monkeypatch.setenv("LATTICE_CHANNEL_KEY", "a secret both ends hold, 32 bytes")
     receiver = _streaming.StreamReceiver(key=caller_channel_key())

@@ -128,7 +128,7 @@ async def answered(messages: Any, runtime: Runtime) -> list[Any]:
 async def test_an_encrypted_run_shows_nothing_in_plain_text_replays_and_rotates(
     encrypted: Runtime, fake_anthropic, lattice_server: str, monkeypatch
 ) -> None:
-    from agent_lattice._channel_keys import sealed
+    from agent_lattice.live._keys import sealed
     from agent_lattice.worker import _commits
 
     noticed: list[str] = []  # the channels commit notices went to (they carry messages)

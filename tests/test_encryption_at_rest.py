@@ -28,12 +28,12 @@ from agent_lattice import (
     create_jsonl_history_store,
     create_postgres_history_store,
 )
-from agent_lattice._transcripts import (
+from agent_lattice.client import Runtime
+from agent_lattice.history._transcripts import (
     PostgresTranscriptStore,
     SqliteTranscriptStore,
     TranscriptStore,
 )
-from agent_lattice.client import Runtime
 from agent_lattice.testing import (
     FAST_SETTINGS,
     SAMPLE_CONVERSATION,

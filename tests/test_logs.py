@@ -20,8 +20,8 @@ import pytest
 import test_telemetry
 from test_telemetry import APP, ROOT, lattice
 
-from agent_lattice import _logs
 from agent_lattice.testing import RecordedRequest, Reply, error, text
+from agent_lattice.tracing import _logs
 from agent_lattice.worker import create_worker
 
 from conftest import by_agent

@@ -25,8 +25,8 @@ from agent_lattice import (
     mcp_stdio_server,
     mcp_streamable_http_server,
 )
-from agent_lattice._mcp import mcp_connections_held
 from agent_lattice.testing import Script, message, text, tool_use, tool_use_block
+from agent_lattice.tools._mcp import mcp_connections_held
 
 from conftest import running, running_children, wait_until
 

@@ -35,7 +35,7 @@ from agent_lattice._steps import (
     TakeSteers,
     next_step,
 )
-from agent_lattice._tools import SUBMIT_OUTPUT_TOOL_NAME
+from agent_lattice.tools._tool import SUBMIT_OUTPUT_TOOL_NAME
 
 STATE = LoopState(max_turns=3, turns_per_run=200)
 

@@ -21,7 +21,6 @@ from agent_lattice import (
     define_context_tracer,
     team_member,
 )
-from agent_lattice._observability import _Backend, _RunMapper
 from agent_lattice.testing import (
     FakeTracingServer,
     Script,
@@ -30,6 +29,7 @@ from agent_lattice.testing import (
     tool_use,
     tool_use_block,
 )
+from agent_lattice.tracing._langsmith_langfuse import _Backend, _RunMapper
 
 from conftest import make_calculator, named_agent
 

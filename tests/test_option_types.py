@@ -22,8 +22,8 @@ from agent_lattice import (
     ToolOptions,
 )
 from agent_lattice._agent import AGENT_OPTIONS, QUERY_OPTIONS
-from agent_lattice._delegation import _OPTIONS as DELEGATION_OPTIONS
-from agent_lattice._tools import _TOOL_OPTIONS
+from agent_lattice.teams._delegation import _OPTIONS as DELEGATION_OPTIONS
+from agent_lattice.tools._tool import _TOOL_OPTIONS
 
 
 @pytest.mark.parametrize(

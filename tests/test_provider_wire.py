@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from agent_lattice._messages import ModelMessage
-from agent_lattice._tools import ToolSpec
 from agent_lattice.providers import ModelRequest, ProviderError, _anthropic
 from agent_lattice.providers._anthropic import AnthropicModelClient
 from agent_lattice.testing import (
@@ -23,6 +22,7 @@ from agent_lattice.testing import (
     text_block,
     tool_use_block,
 )
+from agent_lattice.tools._tool import ToolSpec
 
 
 @pytest.fixture(autouse=True, params=["posted", "sdk-traced"])

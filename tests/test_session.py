@@ -9,7 +9,7 @@ import pytest
 
 from agent_lattice import ConcurrentQueryError, ModelMessage, create_bare_agent
 from agent_lattice._session import Session
-from agent_lattice._transcripts import SqliteTranscriptStore
+from agent_lattice.history._transcripts import SqliteTranscriptStore
 from agent_lattice.testing import collect, text
 
 from conftest import API_KEY, note_rpcs
@@ -81,7 +81,7 @@ def test_a_team_the_host_drops_is_collected(fake_anthropic):
     import weakref
 
     from agent_lattice import create_team, team_member
-    from agent_lattice._team import team_of
+    from agent_lattice.teams._team import team_of
 
     from conftest import named_agent
 

@@ -10,8 +10,8 @@ import pytest
 import agent_lattice
 from agent_lattice import ConfigurationError
 from agent_lattice._messages import ToolResultBlock
-from agent_lattice._transcripts import SqliteTranscriptStore, open_transcript_store
-from agent_lattice._workspace import default_workspace
+from agent_lattice.history._transcripts import SqliteTranscriptStore, open_transcript_store
+from agent_lattice.workspace._tools import default_workspace
 
 PACKAGE = Path(agent_lattice.__file__).parent
 # an environment read naming a LATTICE_ variable, in any spelling the package could use

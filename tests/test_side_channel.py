@@ -5,7 +5,7 @@ A query's caller listens on a TCP port named, with a channel id, in the run's wo
 which anyone with access to the server reads in plain text (``temporal workflow show``). A
 local process that connects with that id and sends a commit notice carrying a forged result
 gets nothing believed: every line a worker sends is sealed with a key the history never
-carries (``_channel_keys``), and a line that does not open ends the connection, which the
+carries (``live/_keys``), and a line that does not open ends the connection, which the
 caller reports as a ``live_feed_lost`` system message. A feed cut before its end says so too.
 """
 
@@ -20,8 +20,7 @@ import os
 from pydantic import BaseModel
 
 from agent_lattice import ResultMessage, SystemMessage, Usage, tool
-from agent_lattice._channel_keys import ChannelKey, ForgedLine, new_nonce
-from agent_lattice._streaming import (
+from agent_lattice.live._channel import (
     Committed,
     LiveItem,
     LiveLost,
@@ -29,6 +28,7 @@ from agent_lattice._streaming import (
     StreamSender,
     open_channel,
 )
+from agent_lattice.live._keys import ChannelKey, ForgedLine, new_nonce
 from agent_lattice.testing import Script, disconnect, text, tool_use
 from agent_lattice.workflows._types import AgentRunInput
 
@@ -141,7 +141,7 @@ async def test_a_feed_cut_before_its_end_is_told_as_lost(monkeypatch, tmp_path):
     """A worker's feed that stops without its end line (killed, cut) reaches the caller as a
     LiveLost naming its turn; one that ends properly does not."""
     monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
-    from agent_lattice._channel_keys import caller_channel_key
+    from agent_lattice.live._keys import caller_channel_key
 
     receiver = StreamReceiver(key=caller_channel_key())
     address = await receiver.start()
@@ -230,7 +230,7 @@ async def test_with_encryption_keys_a_capture_of_the_channel_shows_no_content(
     key derived from the encryption keys the proxy sees none of their text; under the home
     key (signed, not encrypted) it does, so the capture can fail."""
     monkeypatch.setenv("LATTICE_HOME", str(tmp_path))
-    from agent_lattice._channel_keys import caller_channel_key, learn_encryption_secrets
+    from agent_lattice.live._keys import caller_channel_key, learn_encryption_secrets
 
     secret = "SECRET-ANSWER-7f3a"
     event = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": secret}}

@@ -703,7 +703,7 @@ async def test_create_team_leaves_the_host_agents_as_they_were(fake_anthropic, l
     views of them (member tools on the lead, mailbox tools on members) on the same sessions,
     so a team query's turns are the host lead's history, and a worker finds the team from
     the lead it runs."""
-    from agent_lattice._team import team_of
+    from agent_lattice.teams._team import team_of
     from agent_lattice.worker import AgentRegistry
 
     lead, writer = agent(fake_anthropic, "lead"), agent(fake_anthropic, "writer")

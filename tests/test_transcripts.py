@@ -13,7 +13,7 @@ import pytest
 
 from agent_lattice import ConfigurationError, ToolResult, ToolResultBlock, UserMessage, tool
 from agent_lattice._messages import ModelMessage
-from agent_lattice._transcripts import (
+from agent_lattice.history._transcripts import (
     PostgresTranscriptStore,
     SqliteTranscriptStore,
     TranscriptMissing,

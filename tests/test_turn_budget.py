@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
 from temporalio.api.history.v1 import History
 
 from agent_lattice import ResultMessage
-from agent_lattice._transcripts import PostgresTranscriptStore, SqliteTranscriptStore
+from agent_lattice.history._transcripts import PostgresTranscriptStore, SqliteTranscriptStore
 from agent_lattice.testing import RecordedRequest, Reply, collect, text, tool_use
 from agent_lattice.workflows._refs import workflow_id_for
 

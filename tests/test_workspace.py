@@ -17,12 +17,12 @@ from agent_lattice import (
     create_bare_agent,
     define_agent,
 )
-from agent_lattice._workspace import (
+from agent_lattice.testing import RecordedRequest, Reply, Script, text, tool_use
+from agent_lattice.workspace._tools import (
     bash_write_targets,
     create_agent_workspace_tools,
     create_builtin_tools,
 )
-from agent_lattice.testing import RecordedRequest, Reply, Script, text, tool_use
 
 from conftest import API_KEY
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_lattice import ToolContext, _search, create_agent_workspace_tools
+from agent_lattice import ToolContext, create_agent_workspace_tools
+from agent_lattice.workspace import _search
 
 ENGINES = [
     pytest.param(

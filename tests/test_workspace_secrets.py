@@ -18,9 +18,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from agent_lattice import OptionError, ToolContext, create_agent, create_builtin_tools
-from agent_lattice._bash import read_command
-from agent_lattice._sandbox import secret_url
 from agent_lattice.testing import Script, text, tool_use
+from agent_lattice.workspace._sandbox import secret_url
+from agent_lattice.workspace.bash._writes import read_command
 
 PROVIDER_KEY = "sk-ant-canary-provider-7d1e0c9b5a3f"
 TEMPORAL_KEY = "tmprl-canary-cloud-1f2e3d4c5b6a"

@@ -13,12 +13,17 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from .._hooks import ToolResultContext
 from .._keys import keys_of
-from .._logs import serving
 from .._loop import text_of
 from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
-from .._tools import ToolResult
-from .._tracing import ContextTracer, TraceEvent
-from .._transcripts import TranscriptMissing, TranscriptStore, hydrate, open_transcript_store
+from ..history._transcripts import (
+    TranscriptMissing,
+    TranscriptStore,
+    hydrate,
+    open_transcript_store,
+)
+from ..tools._tool import ToolResult
+from ..tracing._logs import serving
+from ..tracing._tracers import ContextTracer, TraceEvent
 from ..workflows._contract import FailureType
 from ..workflows._types import ToolCallOutput
 from ._drill import drill_probe

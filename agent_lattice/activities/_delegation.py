@@ -12,12 +12,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._approvals import ApprovalAsk
-from .._delegation import Delegation
 from .._errors import HistoryStoreError
-from .._history import QueryMirror
-from .._host_member import DurableMessage, host_messages
 from .._loop import text_of
-from .._mailbox import (
+from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
+from ..history._stores import QueryMirror
+from ..history._transcripts import hydrate, run_transcript
+from ..teams._delegation import Delegation
+from ..teams._host_member import DurableMessage, host_messages
+from ..teams._mailbox import (
     FINAL_STATUSES,
     MessageStatus,
     MirroringMailbox,
@@ -25,11 +27,8 @@ from .._mailbox import (
     TeamMessage,
     mailbox_id,
 )
-from .._messages import AgentMessageEvent, ModelMessage, ToolUseBlock
-from .._team import team_of
-from .._tools import ToolResult
-from .._transcripts import hydrate, run_transcript
-from .._workspace import Boundary
+from ..teams._team import team_of
+from ..tools._tool import ToolResult
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._delegation_types import (
     AgentChild,
@@ -51,6 +50,7 @@ from ..workflows._types import (
     ToolCallOutput,
     TraceParent,
 )
+from ..workspace._tools import Boundary
 from ._base import ActivitiesBase
 from ._tools import awaiting_approval, invalid_input, permission_verdict, tool_context
 

@@ -11,19 +11,24 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from .._batches import CONCURRENCY_HINT, BatchPolicyRequest, ToolCallInfo, evaluate_batch_policy
-from .._compaction import compacted_history, cut_point, summary_request
 from .._hooks import ModelRequestContext
-from .._live_feeds import live_feeds, live_key
 from .._loop import alternating
 from .._messages import ModelMessage, Usage
 from .._pricing import request_cost
-from .._skills import skills_prompt
-from .._streaming import StreamSender
-from .._workspace import workspace_prompt
+from ..history._compaction import compacted_history, cut_point, summary_request
+from ..live._channel import StreamSender
+from ..live._feeds import live_feeds, live_key
 from ..providers import ModelRequest, ProviderError
+from ..tools._batches import (
+    CONCURRENCY_HINT,
+    BatchPolicyRequest,
+    ToolCallInfo,
+    evaluate_batch_policy,
+)
+from ..tools._skills import skills_prompt
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._types import CompactInput, CompactOutput, ModelCallInput, ModelCallOutput
+from ..workspace._tools import workspace_prompt
 from ._base import ActivitiesBase, heartbeating, hook, quiet_when_abandoned
 from ._telemetry import StreamedUsage, model_span
 
@@ -173,7 +178,7 @@ def _cost(agent: Agent, message: ModelMessage) -> float | None:
 @contextlib.asynccontextmanager
 async def _live_events(input: ModelCallInput) -> AsyncIterator[OnEvent | None]:
     """Where a streamed request's events go: to the query's caller over the side channel,
-    and to this process's live feed for whoever attaches to the run (``_live_feeds``)."""
+    and to this process's live feed for whoever attaches to the run (``live/_feeds``)."""
     feeds = live_feeds()
     info = activity.info()
     if not input.stream:

@@ -6,11 +6,11 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from .._team import Team, team_of
+from ..teams._team import Team, team_of
 
 if TYPE_CHECKING:
     from .._agent import Agent
-    from .._tracing import ContextTracer
+    from ..tracing._tracers import ContextTracer
 
 
 class AgentRegistry:

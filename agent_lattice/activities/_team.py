@@ -12,14 +12,14 @@ from contextlib import asynccontextmanager
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from .._delegation import Delegation
-from .._host_member import ask_host
 from .._loop import text_of
-from .._mailbox import TeamMessage
 from .._messages import ResultMessage, Usage
-from .._team import Team, has_mailbox_tools, team_of
-from .._team_mail import mail_sent, settle_work, work_prompt
-from .._tools import ToolResult
+from ..teams._delegation import Delegation
+from ..teams._host_member import ask_host
+from ..teams._mail import mail_sent, settle_work, work_prompt
+from ..teams._mailbox import TeamMessage
+from ..teams._team import Team, has_mailbox_tools, team_of
+from ..tools._tool import ToolResult
 from ..workflows._contract import ActivityName, FailureType
 from ..workflows._delegation_types import (
     AdapterFinished,

@@ -17,8 +17,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from .._messages import ModelMessage, Usage
-from .._tools import ToolResult
 from ..providers import ModelRequest
+from ..tools._tool import ToolResult
 from ..workflows._metrics import (
     record_model_error,
     record_model_request,

@@ -7,7 +7,7 @@ from temporalio import activity
 
 from .._approvals import ApprovalAsk
 from .._messages import ToolResultBlock
-from .._tools import ToolResult
+from ..tools._tool import ToolResult
 from ..workflows._approval_types import InputProblem, ToolInputCheck
 from ..workflows._contract import ActivityName
 from ..workflows._types import ToolCallInput, ToolCallOutput, ToolResultsHookInput, TraceInput

@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 from .._approvals import ApprovalAsk
 from .._errors import ConfigurationError
 from .._messages import ToolResultBlock
-from .._tools import PermissionRequest, ToolContext, ToolResult, run_off_loop
+from ..tools._tool import PermissionRequest, ToolContext, ToolResult, run_off_loop
 from ..workflows._delegation_types import DelegateCallInput
 from ..workflows._failures import WORKER_LOST, did_not_finish, past_timeout
 from ..workflows._types import ToolCallInput, ToolCallOutput
@@ -23,7 +23,7 @@ from ..workflows._types import ToolCallInput, ToolCallOutput
 if TYPE_CHECKING:
     from .._agent import Agent
     from .._messages import ToolUseBlock
-    from .._transcripts import TranscriptStore
+    from ..history._transcripts import TranscriptStore
 
 __all__ = [
     "DEFAULT_TOOL_THREADS",

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .._logs import configure_logging
+from ..tracing._logs import configure_logging
 from ._plumbing import errors_as_exit
 
 __all__ = ["log_options"]

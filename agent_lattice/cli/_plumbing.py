@@ -20,9 +20,9 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from .. import _settings
 from .._errors import LatticeError, ServerUnreachableError
-from .._logs import configure_logging, configured_format
 from ..client._reconnect import transport_reason, unreachable
 from ..client._server import DevServer
+from ..tracing._logs import configure_logging, configured_format
 from ._status import Waiting
 
 # `-h` as well as `--help`, on every command (sub-apps set it too: typer does not pass it on)

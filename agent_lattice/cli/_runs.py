@@ -26,7 +26,6 @@ from .._messages import (
     SystemMessage,
 )
 from .._session import QueryRunner
-from .._team import Team
 from ..client._connection import TemporalConnection
 from ..client._orphans import (
     RunState,
@@ -38,6 +37,7 @@ from ..client._orphans import (
     until_served,
 )
 from ..client._runtime import Runtime
+from ..teams._team import Team
 from ..worker._pollers import queue_served as has_live_worker
 from ..worker._worker import resolve_agent
 from ._connect import connection_options

@@ -9,9 +9,9 @@ from rich import box
 from rich.table import Table
 
 from .._errors import LatticeError
-from .._mailbox import MessageStatus
 from ..client._connection import TemporalConnection
 from ..client._runtime import Runtime
+from ..teams._mailbox import MessageStatus
 from ..worker._worker import load_app
 from ._connect import connection_options, default_connection
 from ._plumbing import (
@@ -39,7 +39,7 @@ STATUSES: tuple[MessageStatus, ...] = get_args(MessageStatus)
 
 
 def _resolve_team(target: str) -> Any:
-    from .._team import Team
+    from ..teams._team import Team
 
     module, sep, name = target.rpartition(":")
     if not sep or not module or not name:

@@ -1,7 +1,7 @@
 """The caller's side: runtime (connect or embedded server), query streaming."""
 
 from .._agent import register_query_runner
-from .._team import register_default_mailbox, register_mail_announcer
+from ..teams._team import register_default_mailbox, register_mail_announcer
 from ..workflows._types import ActivitySettings
 from ._approvals import list_pending_approvals, list_resolved_approvals, resolve_approval
 from ._connection import TemporalConnection

@@ -1,7 +1,7 @@
 """Attaching to a run from anywhere: its durable messages and, while it runs, live tokens.
 
 The durable messages come from the run's workflow stream (``Runtime.durable_messages``).
-The live tokens come from the worker that runs the model request (``_live_feeds``): the
+The live tokens come from the worker that runs the model request (``live/_feeds``): the
 run's pending model activity names that worker (its identity carries the live port), the
 reader connects there and gets the current attempt's events from its first one. Each event
 is released after the durable messages that preceded its request (the same rule as a
@@ -22,10 +22,10 @@ from typing import Any, Protocol
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from .._channel_keys import ChannelKey, ForgedLine, Seal, new_nonce
-from .._live_feeds import feed_channel, live_address, live_key
 from .._messages import AssistantMessage, ResultMessage, SDKMessage, StreamEventMessage
-from .._streaming import LiveItem, LiveLost
+from ..live._channel import LiveItem, LiveLost
+from ..live._feeds import feed_channel, live_address, live_key
+from ..live._keys import ChannelKey, ForgedLine, Seal, new_nonce
 from ..workflows._contract import ActivityName
 from ._follow import Landed
 from ._merge import DurableSource, Failed, Live, Mark, Merge, Nested, lost_feed

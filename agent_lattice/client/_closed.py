@@ -21,7 +21,7 @@ from .._messages import (
     SystemMessage,
     UserMessage,
 )
-from .._transcripts import TranscriptStore, run_transcript
+from ..history._transcripts import TranscriptStore, run_transcript
 from ..worker._encryption import refused_by_worker
 from ..workflows._outcomes import OUTPUT_MEMO, output_of_failure
 from ..workflows._types import AgentRunInput, AgentRunOutput

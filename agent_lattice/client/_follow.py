@@ -42,7 +42,7 @@ from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from .._errors import LatticeError
-from .._streaming import Committed
+from ..live._channel import Committed
 from ..workflows._types import AgentRunOutput
 from ._closed import canceled_output, failed_output
 

@@ -23,7 +23,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
-from .._transcripts import TranscriptStore, hydrate
+from ..history._transcripts import TranscriptStore, hydrate
 from ..workflows._contract import ActivityName
 from ..workflows._failures import did_not_finish
 from ..workflows._types import ModelCallInput, ModelCallOutput, ToolCallInput, ToolCallOutput

@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import ConfigurationError, OptionError
-from .._mailbox import MessageStatus, TeamMessage
+from ..teams._mailbox import MessageStatus, TeamMessage
 from ..workflows._mail_types import MailNotice
 from ..workflows._mailbox import (
     MAILBOX_WORKFLOW,

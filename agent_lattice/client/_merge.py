@@ -26,7 +26,7 @@ from .._messages import (
     TeamMessageEvent,
     UserMessage,
 )
-from .._streaming import Committed, LiveItem, LiveLost
+from ..live._channel import Committed, LiveItem, LiveLost
 from ..workflows._mail_types import TeamRunOutput
 from ..workflows._types import AgentRunOutput
 from ._follow import Landed

@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from .. import _settings
 from .._errors import ConfigurationError
-from .._logs import configured_format
+from ..tracing._logs import configured_format
 from ._connection import NAMESPACE, TemporalConnection
 from ._reconnect import GoneCheck, ServerWatch, connect_client
 from ._server import DevServer, TemporalBinaryMissing

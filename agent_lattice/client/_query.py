@@ -19,7 +19,6 @@ from temporalio.service import RPCError
 from .. import _settings
 from .._approvals import ApprovalDecision
 from .._errors import ApprovalError, HistoryStoreError, HookError, OptionError, TracerError
-from .._history import QueryMirror, same_messages
 from .._messages import (
     AssistantMessage,
     ContentBlock,
@@ -33,7 +32,8 @@ from .._option_types import QuerySignal
 from .._options import check_options
 from .._pricing import check_priced
 from .._steer import check_steer
-from .._tracing import ContextTracer
+from ..history._stores import QueryMirror, same_messages
+from ..tracing._tracers import ContextTracer
 from ..workflows._contract import FailureType
 from ..workflows._delegation_types import TeamRunInput
 from ..workflows._mail_types import MailNotice, TeamRunOutput
@@ -50,7 +50,7 @@ from ._steer import send_steer
 
 if TYPE_CHECKING:
     from .._agent import Agent
-    from .._team import RunsTeam
+    from ..teams._team import RunsTeam
 
 __all__ = ["QueryRun"]
 

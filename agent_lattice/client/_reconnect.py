@@ -33,7 +33,7 @@ from temporalio.client import Client
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from .._errors import ConfigurationError, ServerGoneError, ServerUnreachableError
-from .._logs import configured_format
+from ..tracing._logs import configured_format
 from ..worker._server_wait import DEFAULT_RECONNECT_S, RECONNECT_ENV, reconnect_limit
 from ._connection import handshake_problem
 from ._server import DevServer
@@ -152,7 +152,7 @@ log = logging.getLogger("agent_lattice.server")
 
 def _say(text: str, level: int = logging.WARNING) -> None:
     """Once per change: on stderr, or as a record where this process logs JSON lines
-    (``_logs``: its stderr stays JSON)."""
+    (``tracing/_logs``: its stderr stays JSON)."""
     if configured_format() == "json":
         log.log(level, text)
     else:

@@ -19,21 +19,21 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from .. import _settings
-from .._channel_keys import ChannelKey, caller_channel_key
-from .._delegation import delegation_targets
 from .._keys import keys_of
-from .._logs import configure_if_asked
 from .._messages import (
     ModelMessage,
     ResultMessage,
     SDKMessage,
     UserMessage,
 )
-from .._streaming import StreamReceiver
-from .._team import team_of
-from .._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
 from ..activities._registry import AgentRegistry
 from ..activities._tools import DEFAULT_TOOL_THREADS, ToolThreads
+from ..history._transcripts import TranscriptStore, hydrate, open_transcript_store, run_transcript
+from ..live._channel import StreamReceiver
+from ..live._keys import ChannelKey, caller_channel_key
+from ..teams._delegation import delegation_targets
+from ..teams._team import team_of
+from ..tracing._logs import configure_if_asked
 from ..worker._encryption import EncryptionCodec, EncryptionKeysLike
 from ..worker._plugin import (
     LatticePlugin,
@@ -169,7 +169,7 @@ class Runtime:
         its workers then refuse what reaches a run unencrypted (``LATTICE_ENCRYPTION_STRICT``,
         default on). ``log_level`` and ``log_format`` (default ``LATTICE_LOG_LEVEL``,
         ``LATTICE_LOG_FORMAT``): set up this process's logs on stderr, as text lines or one JSON
-        object a line (``_logs``); given neither, nor the variables, logging is left as it is.
+        object a line (``tracing/_logs``); given neither, nor the variables, logging is left as it is.
         ``identity``: this client's Temporal identity (default the SDK's ``pid@host``), which
         Temporal records with each of its requests and which names the approver of its
         approval decisions when they name none; its inline workers keep their own."""
@@ -289,7 +289,7 @@ class Runtime:
 
     def channel_key(self) -> ChannelKey | None:
         """The key every line a worker sends this process's queries and attached readers is
-        checked by (``_channel_keys``); None: it has none (no live tokens over TCP)."""
+        checked by (``live/_keys``); None: it has none (no live tokens over TCP)."""
         codec = self.client.data_converter.payload_codec
         return codec.channel_key() if isinstance(codec, EncryptionCodec) else caller_channel_key()
 
@@ -411,7 +411,7 @@ class Runtime:
 
     @property
     def transcripts(self) -> TranscriptStore:
-        """Where this process reads and writes transcripts (see ``_transcripts``), encrypted
+        """Where this process reads and writes transcripts (see ``history/_transcripts``), encrypted
         with the client's encryption keys when it has them."""
         if self._transcripts is None:
             keys = keys_of(self.client.data_converter.payload_codec)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from .._errors import LatticeError
 from .._messages import ModelMessage
-from .._tools import ToolSpec
+from ..tools._tool import ToolSpec
 
 __all__ = ["EventSink", "ModelClient", "ModelRequest", "ProviderError"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .._history import HistoryStore
 from .._messages import ModelMessage
+from ..history._stores import HistoryStore
 
 __all__ = ["SAMPLE_CONVERSATION", "check_history_store_conformance"]
 

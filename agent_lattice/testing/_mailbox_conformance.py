@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from .._errors import OptionError
-from .._mailbox import TeamMailbox, TeamMessage
+from ..teams._mailbox import TeamMailbox, TeamMessage
 
 __all__ = ["check_mailbox_conformance"]
 

@@ -19,8 +19,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from .._agent import Agent
-from .._delegation import delegation_targets
 from ..activities._registry import AgentRegistry
+from ..teams._delegation import delegation_targets
 from ._pollers import owner_of, queue_served, serving
 
 __all__ = ["ADOPT_EVERY_S", "adopt_orphans"]

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 from temporalio.worker import Worker
 
-from .._channel_keys import sealed
-from .._streaming import _LOCAL, ChannelRefused, Committed, open_channel
+from ..live._channel import _LOCAL, ChannelRefused, Committed, open_channel
+from ..live._keys import sealed
 from ._sdk_internals import Notice, tell_when_taken
 
 __all__ = ["send_commit_notices"]

@@ -9,7 +9,7 @@ format as Temporal's encryption samples, so their codec servers read it too.
 
 Keys (``LATTICE_ENCRYPTION_KEYS``, ``LATTICE_ENCRYPTION_KEYS_FILE``, ``encryption_keys=``)
 are ``KEY_ID:BASE64_KEY`` entries, comma- or line-separated (``_keys``, where they are
-parsed: the same keys encrypt the transcript store, ``_at_rest``): the first key encrypts,
+parsed: the same keys encrypt the transcript store, ``history/_at_rest``): the first key encrypts,
 every listed key decrypts, so a key is rotated by putting a new one first and keeping the old
 ones while runs written with them may still be read. Errors name a key by its id, never by
 its material. ``cryptography`` (the ``encryption`` extra) is imported only when keys are
@@ -58,7 +58,6 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from .. import _settings
-from .._channel_keys import ChannelKey, learn_encryption_secrets
 from .._errors import ConfigurationError
 from .._keys import (
     EXTRA,
@@ -70,6 +69,7 @@ from .._keys import (
     aes_gcm,
     use_process_keys,
 )
+from ..live._keys import ChannelKey, learn_encryption_secrets
 
 __all__ = [
     "ENCRYPTED_ENCODING",
@@ -127,7 +127,7 @@ class EncryptionCodec(PayloadCodec):
         self.keys = keys
         self.key_id = keys.ids[0]
         self._ciphers = {key_id: aes_gcm(key, "payload encryption") for key_id, key in keys.keys}
-        # the live channel's keys (``_channel_keys``): this process's callers encrypt theirs
+        # the live channel's keys (``live/_keys``): this process's callers encrypt theirs
         # with the first; its workers open channels of callers holding any
         self._channel_keys = learn_encryption_secrets(key for _, key in keys.keys)
 

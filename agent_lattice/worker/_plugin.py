@@ -18,15 +18,15 @@ from temporalio.worker import Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from .. import _settings
-from .._channel_keys import configured_channel_key
 from .._errors import LatticeError
-from .._live_feeds import LIVE_MARK, live_feeds
-from .._mcp import mcp_connections_held
 from .._version import __version__
 from ..activities import AgentActivities
 from ..activities._registry import AgentRegistry
 from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..live._feeds import LIVE_MARK, live_feeds
+from ..live._keys import configured_channel_key
 from ..providers._anthropic import shared_http_client_held
+from ..tools._mcp import mcp_connections_held
 from ..workflows import AgentWorkflow, TeamWorkflow
 from ..workflows._mailbox import TeamMailboxWorkflow, mailbox_task_queue
 from ._commits import send_commit_notices
@@ -89,7 +89,7 @@ def process_identity(pid: int | None = None) -> str:
 def worker_identity() -> str:
     """What this process's agent workers call themselves: :func:`process_identity` and the
     port where it serves its model requests' live tokens to attached readers
-    (``_live_feeds``; nothing when turned off)."""
+    (``live/_feeds``; nothing when turned off)."""
     feeds = live_feeds()
     return process_identity() + (LIVE_MARK + feeds.start() if feeds is not None else "")
 

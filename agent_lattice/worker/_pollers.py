@@ -24,9 +24,9 @@ from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, DescribeTaskQueueResponse
 from temporalio.client import Client
 
-from .._live_feeds import LIVE_MARK
 from .._processes import pid_alive
 from ..activities._registry import AgentRegistry
+from ..live._feeds import LIVE_MARK
 from ._plugin import LatticePlugin, lattice_worker, process_identity
 
 __all__ = [

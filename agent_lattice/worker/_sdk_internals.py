@@ -56,7 +56,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 from .. import _settings
-from .._streaming import Committed
+from ..live._channel import Committed
 from ..workflows._notices import MESSAGES_TOPIC
 
 __all__ = [

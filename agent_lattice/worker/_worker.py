@@ -21,11 +21,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from .._agent import Agent, AgentSpec, check_session_id
-from .._delegation import delegation_targets
 from .._errors import ConfigurationError
-from .._logs import configure_if_asked
-from .._team import Team
 from ..activities._tools import DEFAULT_TOOL_THREADS
+from ..teams._delegation import delegation_targets
+from ..teams._team import Team
+from ..tracing._logs import configure_if_asked
 from ._plugin import LatticePlugin, create_mailbox_worker, lattice_worker
 from ._versioning import deployment_config
 
@@ -150,7 +150,7 @@ def create_worker(
     idle before it leaves the worker's cache until its next step (``worker/_park``).
     ``log_level`` (``debug``, ``info``, ...; default ``LATTICE_LOG_LEVEL``, else info) and
     ``log_format`` (``text`` or ``json``; default ``LATTICE_LOG_FORMAT``, else text): set up
-    this process's logs on stderr (``_logs``); given neither, nor the variables, the
+    this process's logs on stderr (``tracing/_logs``); given neither, nor the variables, the
     process's logging is left as it is. The worker logs its start at INFO."""
     configure_if_asked(log_level, log_format)
     plugin = LatticePlugin(list(agents), tool_threads=tool_threads, park_after=park_after)

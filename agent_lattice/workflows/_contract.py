@@ -19,10 +19,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
+from .._messages import ErrorKind, ResultMessage, ToolResultBlock
+
 # ErrorKind (the types of the error results a failure maps to) lives beside ErrorInfo: the
 # loop's pure decisions read it too
-from .._mailbox import TeamMessage
-from .._messages import ErrorKind, ResultMessage, ToolResultBlock
+from ..teams._mailbox import TeamMessage
 from ._approval_types import InputProblem, ToolInputCheck
 from ._budget_types import SpendReport, Statement
 from ._delegation_types import (

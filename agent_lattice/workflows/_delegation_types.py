@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, Discriminator, Field, RootModel, Tag, model_validator
 
-from .._mailbox import TeamMessage
 from .._messages import ResultMessage, Usage
+from ..teams._mailbox import TeamMessage
 from ._types import AgentRunInput, AgentRunOutput, ToolCallInput, ToolCallOutput
 
 __all__ = [

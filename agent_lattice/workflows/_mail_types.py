@@ -10,8 +10,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from .._mailbox import TeamMessage
 from .._messages import TeamAgentEvent, TeamMessageEvent
+from ..teams._mailbox import TeamMessage
 from ._delegation_types import Handoff
 from ._types import AgentRunOutput
 
@@ -43,7 +43,7 @@ class MailClaimed(BaseModel):
 
 
 class MailSettled(BaseModel):
-    """A claimed message after its work (see ``_team_mail.settle_work``)."""
+    """A claimed message after its work (see ``teams/_mail.settle_work``)."""
 
     message: TeamMessage
     upstream: str | None = None

@@ -18,7 +18,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from .. import _settings
-    from .._mailbox import FINAL_STATUSES, MessageStatus, TeamMessage
+    from ..teams._mailbox import FINAL_STATUSES, MessageStatus, TeamMessage
 
 MAILBOX_WORKFLOW = "TeamMailboxWorkflow"
 

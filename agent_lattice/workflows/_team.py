@@ -26,8 +26,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from .._mailbox import TeamMessage
     from .._messages import ResultMessage, TeamAgentEvent, TeamMessageEvent
+    from ..teams._mailbox import TeamMessage
     from . import _contract as contract
     from ._approval_types import ForwardedApproval
     from ._children import signal_quietly, start_child, start_query

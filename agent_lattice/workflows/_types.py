@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from .._approvals import ApprovalAsk, ResolvedApproval
-from .._batches import BatchDecision
 from .._messages import (
     ContentBlock,
     ErrorInfo,
@@ -25,6 +24,7 @@ from .._messages import (
     ToolUseBlock,
     Usage,
 )
+from ..tools._batches import BatchDecision
 from ._budget_types import Bank
 
 __all__ = [

@@ -1,0 +1,2 @@
+"""Seeing what agents do: context tracers (JSONL, LangSmith, Langfuse) and logs an operator
+can ship."""
