@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from .._agent import Agent
-from .._delegation import delegation_targets
 from .._errors import DrillError, OptionError
 from .._messages import ResultMessage
-from .._team import Team
 from ..activities._drill import DrillEvent, KillPoint
 from ..client._runtime import Runtime
+from ..teams._delegation import delegation_targets
+from ..teams._team import Team
 from ..worker._pollers import queue_served
 from ..worker._worker import resolve_agent
 from ..workflows._types import ActivitySettings
