@@ -28,6 +28,12 @@ Every error the library raises derives from :class:`LatticeError`::
     ├── TranscriptMissing      a transcript or tool result the store does not hold (workers and
     │                          clients must share LATTICE_TRANSCRIPT_DSN; also a LookupError)
     ├── ProviderError          a model client's classified failure (retryable or not), in workers
+    ├── DrillError             a durability drill (``testing.crash_drill``) could not run as
+    │                          asked: its kill point never came, a worker died on its own, or
+    │                          the run did not end in time
+    ├── ReplayError            an exported run history does not replay against this
+    │                          agent-lattice (``lattice replay``, ``testing.assert_replays``):
+    │                          the file, the workflow id and why (also an AssertionError)
     └── AgentRunError          a query ended in an error result (see ``ResultMessage.raise_for_error``)
         ├── APIError           the model provider answered with an error
         ├── MaxTurnsError      ``max_turns`` model requests were made without a final answer
@@ -50,6 +56,7 @@ __all__ = [
     "ApprovalError",
     "ConcurrentQueryError",
     "ConfigurationError",
+    "DrillError",
     "HistoryStoreError",
     "HookError",
     "LatticeError",
@@ -57,6 +64,7 @@ __all__ = [
     "MaxTurnsError",
     "MissingOutputError",
     "OptionError",
+    "ReplayError",
     "ServerGoneError",
     "ServerUnreachableError",
     "TimeoutError",
@@ -124,6 +132,25 @@ class TracerError(LatticeError):
 
 class HistoryStoreError(LatticeError):
     """A history store created with ``fail_on_error=True`` failed."""
+
+
+class DrillError(LatticeError):
+    """A durability drill could not run as asked: the run ended without reaching its kill
+    point, a worker died before it, or the run did not end within the drill's time. The
+    message says which, with what the workers did and the tail of their output."""
+
+
+class ReplayError(LatticeError, AssertionError):
+    """A run history did not replay against the installed agent-lattice: the workflow code
+    made other commands than the history holds (a non-determinism), or the history cannot be
+    replayed here (not a history, encrypted with a key not given, a workflow type this
+    version lacks). ``path`` and ``workflow_id`` name it; an AssertionError, so a test that
+    replays histories fails on it."""
+
+    def __init__(self, message: str, *, path: str, workflow_id: str | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.workflow_id = workflow_id
 
 
 class AgentRunError(LatticeError):

@@ -21,6 +21,8 @@ __all__ = [
     "channel_key_file",
     "debug",
     "deployment_name",
+    "drill_kill",
+    "drill_log",
     "encryption_keys",
     "encryption_keys_file",
     "encryption_strict",
@@ -227,6 +229,19 @@ def _at_least_zero(name: str, raw: str, what: str) -> float:
     if not value >= 0:  # NaN too
         raise ConfigurationError(f"{name}={raw!r} is not {what}")
     return value
+
+
+def drill_log() -> str | None:
+    """``LATTICE_DRILL_LOG``: a testing hook (``testing.crash_drill`` sets it on its workers):
+    the file where a worker notes its tool calls and model requests (``activities/_drill``)."""
+    return os.environ.get("LATTICE_DRILL_LOG", "").strip() or None
+
+
+def drill_kill() -> str | None:
+    """``LATTICE_DRILL_KILL``: a testing hook (``testing.crash_drill`` sets it on the worker it
+    kills): the point where the worker SIGKILLs itself (``mid_tool:NAME``, ``after_tool:NAME``,
+    ``mid_stream``, ``between_turns``; ``activities/_drill``)."""
+    return os.environ.get("LATTICE_DRILL_KILL", "").strip() or None
 
 
 def park_after() -> float | None:

@@ -115,6 +115,14 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "app.py": ("assistant: Done: 42.", "team: Launch plan: the writer drafts, we ship on Monday."),
     "mcp_tools.py": "From the docs: installation: pip install agent-lattice, then run lattice dev.",
     "mcp_worker.py": 'The time server says: { "timezone": "Europe/Paris", "datetime": "',
+    "durability_drill.py": (
+        "kill=mid_tool:find_order: success: Done: refunded 120 EUR for order 42.",
+        "calls started {'find_order': 2, 'refund': 1}, runs completed {'find_order': 1, 'refund': 1}",
+        "kill=after_tool:refund: success: Done: refunded 120 EUR for order 42.",
+        "calls started {'find_order': 1, 'refund': 1}, runs completed {'find_order': 1, 'refund': 1}",
+        "tools that ran twice: none",
+        "replayed 1 exported history: deterministic",
+    ),
     "encryption.py": (
         "answer: The balance is ACC-7731: 1,250.00 EUR.",
         "the run's input as the server holds it: binary/encrypted",

@@ -26,6 +26,7 @@ from ..tracing._logs import serving
 from ..tracing._tracers import ContextTracer, TraceEvent
 from ..workflows._contract import FailureType
 from ..workflows._types import ToolCallOutput
+from ._drill import drill_probe
 from ._tools import DEFAULT_TOOL_THREADS, ToolThreads
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class ActivitiesBase:
         self._transcript_store = transcripts
         self._opened: tuple[object, TranscriptStore] | None = None  # (codec, its store)
         self._threads = ToolThreads(tool_threads)
+        self._drill = drill_probe()  # a durability drill's hooks, when one runs this worker
 
     @property
     def _transcripts(self) -> TranscriptStore:

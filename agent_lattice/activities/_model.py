@@ -85,6 +85,9 @@ class ModelActivities(ActivitiesBase):
         async with heartbeating(), quiet_when_abandoned(), _live_events(input) as on_event:
             with span as reply:
                 sink = streamed.watching(on_event) if input.stream else on_event
+                if sink is not None:
+                    sink = self._drill.watching(sink)
+                self._drill.model_request(input.turn)
                 try:
                     message = await _call_model(agent, request, sink, input)
                 except asyncio.CancelledError:  # cut off: what it streamed is paid for

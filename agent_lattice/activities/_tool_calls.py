@@ -56,6 +56,7 @@ class ToolActivities(ActivitiesBase):
 
         async def run() -> ToolResult:
             async def invoke() -> ToolResult:
+                self._drill.tool_started(use.name)
                 return await definition.invoke(use.input, ctx, executor=threads)
 
             delegation = definition.delegation
@@ -71,7 +72,11 @@ class ToolActivities(ActivitiesBase):
             await tracer.emit("tool_use", id=use.id, name=use.name, input=use.input)
             if result is None:  # not answered from its record: it runs (or is refused) now
                 with tool_span(agent.name, use.name, use.id) as span:
-                    result = decided or await record.run(run)
+                    if decided is None:
+                        result = await record.run(run)
+                        self._drill.tool_finished(use.name)
+                    else:
+                        result = decided
                     span.result(result)
             return await self._settle(agent, use, result, tracer)
 

@@ -15,7 +15,7 @@ that cannot be read) or 3 (the Temporal server could not be reached, or was lost
 ``LATTICE_DEBUG=1`` to see the traceback instead.
 
 Modules: ``_serve`` (dev, worker, server), ``_runs`` (run, interrupt, attach), ``_steer``
-(steer), ``_find`` (runs, setup), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
+(steer), ``_find`` (runs, setup), ``_histories`` (runs export, replay), ``_team`` (team), ``_approvals`` (approvals, approve, deny), ``_codec_server``
 (codec-server; who it answers: ``_codec_guard``), ``_keys`` (``--encryption-keys-file``), ``_render`` (how messages look),
 ``_connect`` (the connection flags), ``_plumbing`` (consoles, exit codes, logging, signals).
 """
@@ -33,7 +33,8 @@ import typer
 
 from ._approvals import approvals, approve, deny
 from ._codec_server import codec_server
-from ._find import runs, setup
+from ._find import runs_app, setup
+from ._histories import replay
 from ._plumbing import HELP_OPTIONS, Command, Group
 from ._render import Renderer
 from ._runs import attach, interrupt, run
@@ -84,7 +85,8 @@ app.add_typer(server_app, name="server")
 for command in (dev, worker, run, interrupt, steer, attach):
     app.command(cls=Command)(command)
 app.add_typer(team_app, name="team")
-for command in (runs, setup, approvals, approve, deny):
+app.add_typer(runs_app, name="runs")
+for command in (setup, approvals, approve, deny, replay):
     app.command(cls=Command)(command)
 app.command("codec-server", cls=Command)(codec_server)
 

@@ -1,5 +1,9 @@
 """Finding runs: ``lattice runs`` (filters on the Lattice search attributes, outcomes, cost,
-``--json``) and ``lattice setup`` (registers those attributes on a server)."""
+``--json``) and ``lattice setup`` (registers those attributes on a server).
+
+``lattice runs`` is a group that runs its callback when no command follows, so every
+``lattice runs [options]`` lists runs as it did before it had commands; ``lattice runs
+export`` (``_histories``) registers itself on :data:`runs_app`."""
 
 from __future__ import annotations
 
@@ -48,13 +52,33 @@ from ..workflows._visibility import (
     compact_tokens,
 )
 from ._connect import connection_options
-from ._plumbing import EXIT_FAILED, EXIT_USAGE, client_target, execute, fail, stderr, stdout
+from ._plumbing import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    HELP_OPTIONS,
+    Group,
+    client_target,
+    execute,
+    fail,
+    stderr,
+    stdout,
+)
 
-__all__ = ["runs", "setup"]
+__all__ = ["connect_running", "runs", "runs_app", "setup"]
+
+
+runs_app = typer.Typer(
+    cls=Group,
+    invoke_without_command=True,
+    no_args_is_help=False,
+    subcommand_metavar="[COMMAND [ARGS]...]",
+    context_settings=HELP_OPTIONS,
+)
 
 
 @connection_options
 def runs(
+    ctx: typer.Context,
     limit: Annotated[int, typer.Option(help="How many runs to list, newest first.")] = 20,
     agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
     session: Annotated[str | None, typer.Option(help="Only this session's runs.")] = None,
@@ -81,17 +105,23 @@ def runs(
     *,
     connection: TemporalConnection,
 ) -> None:
-    """List recent agent runs (AgentWorkflow executions) with their outcome, tokens and cost.
+    """List recent agent runs (AgentWorkflow executions) with their outcome, tokens and cost;
+    `lattice runs export` saves their histories for `lattice replay`.
 
     Connects to the configured server (--address, TEMPORAL_ADDRESS, a profile) or to the
     embedded server if it is running; it never starts one (with none running it says so: there are no runs to list).
     """
+    if ctx.invoked_subcommand is not None:
+        return  # `lattice runs export ...`: the command does the work
     try:
         where = _filters(agent, session, outcome, since, query)
     except ValueError as err:
         fail(str(err))
         raise typer.Exit(EXIT_USAGE) from None
     execute(lambda: _runs(connection, limit, where, json_lines))
+
+
+runs_app.callback()(runs)
 
 
 @connection_options
@@ -164,7 +194,7 @@ def _since(value: str) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-async def _connect(connection: TemporalConnection) -> Runtime | None:
+async def connect_running(connection: TemporalConnection) -> Runtime | None:
     """The configured server, or the embedded one if it runs; None when neither."""
     if connection.address is None:
         server = DevServer.running(_settings.lattice_home())
@@ -177,7 +207,7 @@ async def _connect(connection: TemporalConnection) -> Runtime | None:
 async def _runs(
     connection: TemporalConnection, limit: int, where: str | None, json_lines: bool
 ) -> int:
-    runtime = await _connect(connection)
+    runtime = await connect_running(connection)
     if runtime is None:
         stderr.print(
             Text(

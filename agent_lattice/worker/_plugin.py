@@ -201,6 +201,10 @@ class LatticePlugin(SimplePlugin):
             config["build_id"] = UNVERSIONED_BUILD_ID
         if deployment is not None:  # a versioned worker: the behaviour of its queue's runs
             config["deployment_config"] = versioned_for(deployment, mailboxes=mailboxes)
+        if _settings.drill_kill() is not None:
+            # a durability drill kills this worker: the run's next task leaves its sticky
+            # queue for the next worker after 1 s, not the default 10 (activities/_drill)
+            config["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=1)
         if mailboxes:
             return self._mailbox.configure_worker(config)
         if config.get("tuner") is None and config.get("max_concurrent_activities") is None:
