@@ -29,7 +29,7 @@ from agent_lattice.live._channel import (
     open_channel,
 )
 from agent_lattice.live._keys import ChannelKey, ForgedLine, new_nonce
-from agent_lattice.testing import Script, disconnect, text, tool_use
+from agent_lattice.testing import Script, assert_eventually, disconnect, text, tool_use
 from agent_lattice.workflows._types import AgentRunInput
 
 from crash_app import build_agent
@@ -78,7 +78,8 @@ async def test_a_notice_forged_with_the_channel_id_from_the_history_is_refused(
 
     # what anyone reading the history sees: the caller's address and the channel id
     client = lattice_runtime.client
-    workflow_id = messages[0].workflow_id  # the init message names the run
+    await assert_eventually(lambda: messages)  # the init message names the run
+    workflow_id = messages[0].workflow_id
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
     (input,) = await client.data_converter.decode(started.input.payloads, [AgentRunInput])
