@@ -259,23 +259,13 @@ def sdk_fast_paths() -> bool:
     """``LATTICE_SDK_FAST_PATHS``: ``off`` turns off every fast path that rests on temporalio's
     internals (``worker/_sdk_internals``); default on (where the installed temporalio is the
     one they were written for)."""
-    raw = os.environ.get("LATTICE_SDK_FAST_PATHS", "").strip().lower()
-    if raw in ("", "on", "1", "true", "yes"):
-        return True
-    if raw in ("off", "0", "false", "no"):
-        return False
-    raise ConfigurationError(f"LATTICE_SDK_FAST_PATHS={raw!r} is not 'on' or 'off'")
+    return _on_unless_off("LATTICE_SDK_FAST_PATHS")
 
 
 def commit_notices() -> bool:
     """``LATTICE_COMMIT_NOTICES``: whether workers tell a query's reader what each workflow task
     published (``worker/_commits``); ``off`` makes the reader ask the server (default on)."""
-    raw = os.environ.get("LATTICE_COMMIT_NOTICES", "").strip().lower()
-    if raw in ("", "on", "1", "true", "yes"):
-        return True
-    if raw in ("off", "0", "false", "no"):
-        return False
-    raise ConfigurationError(f"LATTICE_COMMIT_NOTICES={raw!r} is not 'on' or 'off'")
+    return _on_unless_off("LATTICE_COMMIT_NOTICES")
 
 
 def bash_sandbox() -> str:
@@ -370,9 +360,15 @@ def encryption_strict() -> bool:
     worker refuses every payload that reaches a run unencrypted (a start, a signal, an update,
     a result); ``0``/``off`` accepts them, while runs from before encryption was turned on
     finish (see ``worker/_encryption``)."""
-    given = os.environ.get("LATTICE_ENCRYPTION_STRICT", "").strip()
-    if given.lower() in ("", "on", "1", "true", "yes"):
+    return _on_unless_off("LATTICE_ENCRYPTION_STRICT", hint=" (1 or 0)")
+
+
+def _on_unless_off(name: str, *, hint: str = "") -> bool:
+    """A switch that is on unless ``name`` says off (``off``/``0``/``false``/``no``); any
+    other value is refused, naming it as given."""
+    raw = os.environ.get(name, "").strip()
+    if raw.lower() in ("", "on", "1", "true", "yes"):
         return True
-    if given.lower() in ("off", "0", "false", "no"):
+    if raw.lower() in ("off", "0", "false", "no"):
         return False
-    raise ConfigurationError(f"LATTICE_ENCRYPTION_STRICT={given!r} is not 'on' or 'off' (1 or 0)")
+    raise ConfigurationError(f"{name}={raw!r} is not 'on' or 'off'{hint}")
