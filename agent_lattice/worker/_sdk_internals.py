@@ -363,10 +363,11 @@ class _TellingBridge:
 
 def stream_batch(stream: WorkflowStream, poll: PollInput) -> PollResult | None:
     """What the stream's poll query would answer to ``poll``, read from the run's state (the
-    contrib module's own batching: wire form, the ~1 MB cap); None when the fast paths are
-    off or the module keeps it elsewhere."""
+    contrib module's own batching: wire form, the ~1 MB cap); None when the module keeps it
+    elsewhere. Called only for a :class:`CachedRun`, which exists only with the fast paths
+    on, so it reads no setting on this per-task path."""
     collect: Callable[[PollInput], PollResult] | None = getattr(stream, "_collect_batch", None)
-    if collect is None or not fast_paths_on():
+    if collect is None:
         return None
     return collect(poll)
 
