@@ -25,5 +25,6 @@ for extra in $extras; do
   set -- "$@" --extra "$extra"
 done
 cd "$root"
+# --system-certs: trust the platform's certificate store too (a proxy's or a company's CA)
 "$uv" pip compile pyproject.toml "$build" "$@" --universal --python-version 3.11 \
-  --generate-hashes --no-annotate --custom-compile-command "deploy/lock.sh" --quiet -o "$out"
+  --system-certs --generate-hashes --no-annotate --custom-compile-command "deploy/lock.sh" --quiet -o "$out"
