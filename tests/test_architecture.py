@@ -163,3 +163,16 @@ def test_the_walk_sees_lazy_and_type_checking_imports(tmp_path):
     assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.activities._registry"]
     # _team imports _agent inside create_team() only
     assert f"{PACKAGE}._agent" in edges[f"{PACKAGE}.teams._team"]
+
+
+def test_the_workflows_declare_what_temporal_sees_and_own_their_parts():
+    """Each workflow is one class that inherits nothing: every signal, update and query
+    Temporal sees of it is declared in its own body, and the parts it owns do the work."""
+    from agent_lattice.workflows import AgentWorkflow
+    from agent_lattice.workflows._mailbox import TeamMailboxWorkflow
+    from agent_lattice.workflows._team import TeamWorkflow
+
+    for cls in (AgentWorkflow, TeamWorkflow, TeamMailboxWorkflow):
+        assert cls.__bases__ == (object,), f"{cls.__name__} derives from {cls.__bases__}"
+    handlers = ("interrupt", "abort", "steer", "resolve_approval", "spend", "child_output")
+    assert set(handlers) <= set(vars(AgentWorkflow))

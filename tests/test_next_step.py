@@ -438,7 +438,7 @@ def test_max_turns_comes_before_continue_as_new():
     assert isinstance(step, Finish) and step.subtype == "error_max_turns"
 
 
-# --- steers (a person's message for the running query: see AgentWorkflow's Steering)
+# --- steers (a person's message for the running query: see workflows/_steering.Steers)
 
 
 def test_a_steer_during_the_final_request_makes_one_more_request_that_answers_it():

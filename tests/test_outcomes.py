@@ -20,9 +20,9 @@ from test_history_safety import replayer
 from agent_lattice import ResultMessage, ToolResult, agent_tool, create_team, team_member, tool
 from agent_lattice.client._follow import published
 from agent_lattice.testing import Script, assert_eventually, collect, hang, slow, text, tool_use
-from agent_lattice.workflows._notices import MESSAGES_TOPIC
 from agent_lattice.workflows._outcomes import OUTPUT_MEMO
 from agent_lattice.workflows._refs import workflow_id_for
+from agent_lattice.workflows._run_stream import MESSAGES_TOPIC
 from agent_lattice.workflows._types import AgentRunOutput
 
 from conftest import Expr, by_agent, child_ids, keep_history, make_calculator, named_agent

@@ -57,7 +57,7 @@ from temporalio.worker.workflow_sandbox._runner import _Instance
 
 from .. import _settings
 from ..live._channel import Committed
-from ..workflows._notices import MESSAGES_TOPIC
+from ..workflows._run_stream import MESSAGES_TOPIC
 
 __all__ = [
     "FAST_PATHS",
@@ -158,16 +158,17 @@ class CachedRun(_Instance):
         self.notice = self._commit_notice(act, completion, before)
         return completion
 
-    def _agent_run(self) -> Any:
-        """The run's workflow object when it is an agent run (``workflows/_notices``), else
-        None; its notice_* and published_* are plain reads."""
+    def _commit_source(self) -> Any:
+        """The run's stream when it is an agent run (``workflows/_run_stream.RunStream``, its
+        ``commit_source``), else None; its notice_* and published_* are plain reads."""
         workflow = getattr(getattr(self.inner(), "instance", None), "_object", None)
-        return workflow if hasattr(workflow, "notice_target") else None
+        source = getattr(workflow, "commit_source", None)
+        return source if hasattr(source, "notice_target") else None
 
     def _published(self) -> int | None:
         """The run's stream length, for an agent run whose caller listens (else None)."""
-        workflow = self._agent_run()
-        return workflow.published_count() if workflow and workflow.notice_target() else None
+        source = self._commit_source()
+        return source.published_count() if source and source.notice_target() else None
 
     def _commit_notice(
         self, act: WorkflowActivation, completion: WorkflowActivationCompletion, before: int | None
@@ -180,20 +181,20 @@ class CachedRun(_Instance):
             return None
         if any(c.HasField("schedule_local_activity") for c in completion.successful.commands):
             return None
-        workflow = self._agent_run()
-        if workflow is None:
+        source = self._commit_source()
+        if source is None:
             return None
-        target = workflow.notice_target()
+        target = source.notice_target()
         if target is None or self._local_activity_pending():
             return None
         if before is None and any(j.HasField("initialize_workflow") for j in act.jobs):
-            before = workflow.published_at_start()  # the run's first task
+            before = source.published_at_start()  # the run's first task
         start = self.noticed if self.noticed is not None else before
-        upto = workflow.published_count()
+        upto = source.published_count()
         if start is None or upto <= start:
             return None
         batch = stream_batch(
-            workflow.notice_stream(), PollInput(topics=[MESSAGES_TOPIC], from_offset=start)
+            source.notice_stream(), PollInput(topics=[MESSAGES_TOPIC], from_offset=start)
         )
         if batch is None:
             return None

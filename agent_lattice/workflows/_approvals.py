@@ -1,12 +1,12 @@
 # pyright: strict
-"""The approval part of AgentWorkflow: a tool call that waits for a person's decision.
+"""AgentWorkflow's approval desk: a tool call that waits for a person's decision.
 
 The wait is workflow state: no activity runs and no worker slot is held, so it lasts minutes
 or days, across worker restarts and the exit of the process that started the query. The run
 keeps its waiting requests in its memo (``APPROVAL_MEMO``, readable while no worker is up)
 and in its current details (the Temporal UI's "waiting for approval: <tool>"), and how each
 ended, by whom, in its memo too (``APPROVAL_HISTORY_MEMO``, carried across continue-as-new).
-A decision is a ``resolve_approval`` update: its validator refuses an unknown or already
+A decision is a ``resolve_approval`` update (the workflow declares it): its validator refuses an unknown or already
 decided id, and a decision whose ``approver`` is not on the request's allow-list, before
 anything is written (a payload the worker cannot read was refused before the validator ran);
 an ``updated_input`` is checked against the tool's schema first.
@@ -44,9 +44,11 @@ with workflow.unsafe.imports_passed_through():
     from ._children import signal_quietly
     from ._contract import FailureType
     from ._outcomes import wait_condition
-    from ._types import AgentRunInput, ToolCallInput, ToolCallOutput
+    from ._progress import Progress
+    from ._stop import Stop
+    from ._types import AgentRunInput, ToolCallInput
 
-__all__ = ["Approvals"]
+__all__ = ["CARRY_APPROVAL_HISTORY", "Approvals"]
 
 # A continued run shows the decisions of the runs before it at once (its memo starts without
 # them); only runs carrying decisions do, and runs recorded before never carried any.
@@ -56,33 +58,35 @@ C = TypeVar("C", bound=ToolCallInput)
 
 
 class Approvals:
-    """AgentWorkflow's approval requests; :meth:`_init_approvals` sets its state."""
+    """Owned by an AgentWorkflow: its approval requests, waiting and ended."""
 
-    _input: AgentRunInput
-    _interrupted: bool
-    _aborted: bool
-    _pending_signals: list[asyncio.Task[None]]
-    _publish: Callable[[object], None]
-    _made: Callable[[list[ToolCallOutput]], list[ToolCallOutput]]  # from ToolBatch
-    _show_details: Callable[[], None]  # from Progress: progress, then the waiting calls
-
-    def _init_approvals(self) -> None:
+    def __init__(
+        self,
+        input: AgentRunInput,
+        stop: Stop,
+        publish: Callable[[object], None],
+        progress: Progress,
+    ) -> None:
+        self._input = input
+        self._stop = stop
+        self._publish = publish
+        self._progress = progress
         self._waiting: dict[str, PendingApproval] = {}
         self._decisions: dict[str, ApprovalDecision] = {}
         self._ended: dict[str, str] = {}  # approval id -> how it ended
-        carried = self._input.continuation
+        self._sent: list[asyncio.Task[None]] = []  # requests passed up to the parent run
+        carried = input.continuation
         # how the query's requests ended, newest last (the memo's last HISTORY_KEPT)
-        self._resolved: list[ResolvedApproval] = list(carried.approvals) if carried else []
+        self.resolved: list[ResolvedApproval] = list(carried.approvals) if carried else []
 
-    def _carry_approvals(self) -> None:
+    def carry(self) -> None:
         """A run continued as new: its memo lists the earlier runs' decisions too."""
-        if self._resolved and workflow.patched(CARRY_APPROVAL_HISTORY):
-            history = [r.model_dump(mode="json") for r in self._resolved]
+        if self.resolved and workflow.patched(CARRY_APPROVAL_HISTORY):
+            history = [r.model_dump(mode="json") for r in self.resolved]
             workflow.upsert_memo({APPROVAL_HISTORY_MEMO: history})
 
-    @workflow.update(name="resolve_approval")
-    async def resolve_approval(self, decision: ApprovalDecision) -> PendingApproval:
-        """Decide on a waiting request: the tool runs (``allow``) or the model is told
+    async def resolve(self, decision: ApprovalDecision) -> PendingApproval:
+        """The ``resolve_approval`` update: decide on a waiting request: the tool runs (``allow``) or the model is told
         (``deny``). Refused (an ``ApprovalError`` for the caller) for an unknown or already
         decided id, an approver the request's allow-list lacks, or an ``updated_input`` the
         tool's schema does not accept."""
@@ -105,9 +109,8 @@ class Approvals:
         self._decisions[decision.approval_id] = decision
         return request
 
-    @resolve_approval.validator
-    def _check_decision(self, decision: ApprovalDecision) -> None:
-        # refused here: no trace in the history
+    def check(self, decision: ApprovalDecision) -> None:
+        """The update's validator: a refusal here leaves no trace in the history."""
         request = self._undecided(decision.approval_id)
         allowed = request.approvers
         if allowed is not None and decision.approver not in allowed:
@@ -124,12 +127,10 @@ class Approvals:
                 non_retryable=True,
             )
 
-    @workflow.query(name="pending_approvals")
-    def pending_approvals(self) -> list[PendingApproval]:
+    def pending(self) -> list[PendingApproval]:
         return list(self._waiting.values())
 
-    @workflow.signal(name="approval_request")
-    def approval_forwarded(self, forwarded: ForwardedApproval) -> None:
+    def forwarded(self, forwarded: ForwardedApproval) -> None:
         """A request of a run beneath this one (a delegated child, a team member)."""
         self._announce(forwarded.request)
 
@@ -152,12 +153,12 @@ class Approvals:
             )
         return request
 
-    async def _decided(self, call: C, ask: ApprovalAsk) -> C | ToolCallOutput:
+    async def decided(self, call: C, ask: ApprovalAsk) -> C | ToolResultBlock:
         """``call`` as a person allowed it (approved, with their ``updated_input`` if any), or
         the result the model gets instead of the tool's."""
         decided = await self._approval(call.tool_use, ask)
         if isinstance(decided, ToolResultBlock):
-            return self._made([ToolCallOutput(block=decided)])[0]
+            return decided
         use = call.tool_use
         if decided.updated_input is not None:
             use = use.model_copy(update={"input": decided.updated_input})
@@ -187,7 +188,7 @@ class Approvals:
         limit = input.approval_timeout_s or input.agent.approval_timeout_s
         try:
             await wait_condition(
-                lambda: approval_id in self._decisions or self._interrupted or self._aborted,
+                lambda: approval_id in self._decisions or self._stop.stopping,
                 timeout=timedelta(seconds=limit) if limit else None,
                 timeout_summary=f"approval of {use.name} times out",
                 shielded=input.temporal_outcomes,
@@ -203,8 +204,8 @@ class Approvals:
             how = "deny"
             text = decision.message or f"A person denied the call of {use.name!r}."
             outcome = ToolResultBlock(tool_use_id=use.id, content=text, is_error=True)
-        elif self._interrupted or self._aborted:
-            stop = "aborted" if self._aborted else "interrupted"
+        elif self._stop.stopping:
+            stop = self._stop.how
             how = "cancelled"
             outcome = ToolResultBlock(
                 tool_use_id=use.id,
@@ -217,8 +218,8 @@ class Approvals:
             outcome = ToolResultBlock(tool_use_id=use.id, content=TIMED_OUT, is_error=True)
         self._ended[approval_id] = how
         ended = request.ended(how, workflow.now(), decision)
-        self._resolved.append(ended)
-        del self._resolved[:-HISTORY_KEPT]
+        self.resolved.append(ended)
+        del self.resolved[:-HISTORY_KEPT]
         self._show_waiting()
         self._publish(
             SystemMessage(
@@ -243,16 +244,12 @@ class Approvals:
         memo: dict[str, object] = {
             APPROVAL_MEMO: [r.model_dump(mode="json") for r in waiting] if waiting else None
         }
-        if self._resolved:  # one upsert as before: the same commands as runs recorded earlier
-            memo[APPROVAL_HISTORY_MEMO] = [r.model_dump(mode="json") for r in self._resolved]
+        if self.resolved:  # one upsert as before: the same commands as runs recorded earlier
+            memo[APPROVAL_HISTORY_MEMO] = [r.model_dump(mode="json") for r in self.resolved]
         workflow.upsert_memo(memo)
-        self._show_details()
-
-    def _waiting_lines(self) -> list[str]:
-        """The current details' lines for the calls waiting for a decision."""
-        return [
-            f"waiting for approval: {r.tool_name} ({r.approval_id})" for r in self._waiting.values()
-        ]
+        self._progress.show_waiting(
+            [f"waiting for approval: {r.tool_name} ({r.approval_id})" for r in waiting]
+        )
 
     def _announce(self, request: PendingApproval) -> None:
         """On this run's stream, and to the parent run (the top-level query shows it)."""
@@ -275,6 +272,6 @@ class Approvals:
             return
         parent = workflow.get_external_workflow_handle(info.parent.workflow_id)
         forwarded = ForwardedApproval(request=request, via=info.workflow_id)
-        self._pending_signals.append(
+        self._sent.append(
             asyncio.ensure_future(signal_quietly(parent, "approval_request", forwarded))
         )

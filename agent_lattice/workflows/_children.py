@@ -8,7 +8,7 @@ from temporalio import workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from ._budget import budget_of
+    from ._books import budget_of
     from ._budget_types import Bank
     from ._delegation_types import ChildQuery, TeamChild, TeamRunInput
     from ._types import AgentRunInput, AgentRunOutput

@@ -1,4 +1,4 @@
-"""The history-store part of AgentWorkflow: a delegated run whose agent has a history store
+"""AgentWorkflow's writes to its agent's history store: a delegated run whose agent has a history store
 writes each of its messages there as it lands (the prompt, each assistant message, each
 tool-results message), through a local activity the run awaits before it goes on.
 
@@ -28,14 +28,17 @@ LAND_IN_STORE = "land-in-history-store"
 
 
 class StoreLanding:
-    """AgentWorkflow's writes to its agent's history store; ``_landing`` is set in
-    ``AgentWorkflow.__init__``."""
+    """Owned by an AgentWorkflow: what of its conversation landed in its agent's history store
+    (``landing``: None when the run writes none)."""
 
-    _input: AgentRunInput
-    _landing: Landing | None
-    interrupt: Callable[[], None]
+    def __init__(
+        self, landing: Landing | None, input: AgentRunInput, on_failure: Callable[[], None]
+    ) -> None:
+        self.landing = landing.model_copy() if landing else None
+        self._input = input
+        self._on_failure = on_failure  # a store bound to fail_on_error failed: stop the run
 
-    async def _land(
+    async def land(
         self,
         message: ModelMessage | None,
         *,
@@ -45,13 +48,13 @@ class StoreLanding:
         """Write ``message`` (None: the last of the conversation at ``head``) to the agent's
         history store. False once a store bound to fail_on_error has failed: the run is
         interrupted, so no model request follows."""
-        landing = self._landing
+        landing = self.landing
         if landing is None:
             return True
         if landing.error is not None:
             return False
         if not workflow.patched(LAND_IN_STORE):
-            self._landing = None
+            self.landing = None
             return True
         input = self._input
         try:
@@ -74,21 +77,21 @@ class StoreLanding:
                 landing.landed, landing.synced = landing.landed + 1, False
                 return True
             landing.error = info
-            self.interrupt()
+            self._on_failure()
             return False
         landing.landed, landing.synced = landing.landed + 1, synced
         return True
 
-    def _landed_turn_dropped(self) -> None:
+    def turn_dropped(self) -> None:
         """A turn whose reply had landed left the conversation: the store no longer holds
         the conversation, so the run's end rewrites it."""
-        if self._landing is not None and self._landing.landed:
-            self._landing.synced = False
+        if self.landing is not None and self.landing.landed:
+            self.landing.synced = False
 
-    def _not_stored(self, reply: ModelMessage) -> list[ToolCallOutput]:
+    def not_stored(self, reply: ModelMessage) -> list[ToolCallOutput]:
         """The answers to the calls of a reply the store could not take: none of them runs."""
-        assert self._landing is not None and self._landing.error is not None
-        why = self._landing.error.message
+        assert self.landing is not None and self.landing.error is not None
+        why = self.landing.error.message
         return [
             ToolCallOutput(block=_not_run(use, f"the agent's history store failed ({why})"))
             for use in reply.tool_uses

@@ -17,7 +17,7 @@ The cancel request goes on to the runs it started as their own cancel requests.
 
 The run's body runs in a task of its own, out of the request's reach (asyncio's cancellation
 would cancel whatever the body awaits: a tool call, a child, an approval's wait); the request
-becomes the interrupt instead (``_on_cancel``). Runs recorded before this
+becomes the interrupt instead (``on_cancel``). Runs recorded before this
 (``AgentRunInput.temporal_outcomes`` unset) complete whatever their result, as they did.
 """
 
@@ -99,23 +99,21 @@ async def wait_condition(
 
 
 class Outcomes:
-    """A run's end as Temporal shows it (AgentWorkflow, TeamWorkflow);
-    :meth:`_init_outcomes` sets its state."""
+    """A run's end as Temporal shows it, owned by AgentWorkflow and TeamWorkflow: the body runs
+    out of the cancel request's reach, and the request calls ``on_cancel`` (the run's own
+    interrupt) instead."""
 
-    def _init_outcomes(self) -> None:
-        self._cancel_requested = False  # a Temporal cancel request interrupted the run
+    def __init__(self, on_cancel: Callable[[], None]) -> None:
+        self._on_cancel = on_cancel
+        self.cancel_requested = False  # a Temporal cancel request interrupted the run
         self._child_outputs: dict[str, AgentRunOutput] = {}  # by the child's workflow id
 
-    @workflow.signal(name=CHILD_OUTPUT_SIGNAL)
     def child_output(self, ended: ChildOutput) -> None:
-        """A run this one started is ending Canceled: its output (see ``_ended_child``)."""
+        """The ``child_output`` signal (the workflow declares it): a run this one started is
+        ending Canceled, and this is its output (see :meth:`ended_child`)."""
         self._child_outputs[ended.workflow_id] = ended.output
 
-    def _on_cancel(self) -> None:
-        """The run's cancel request: its interrupt (each workflow says what that stops)."""
-        raise NotImplementedError
-
-    async def _to_outcome(self, body: Coroutine[Any, Any, AgentRunOutput]) -> AgentRunOutput:
+    async def run(self, body: Coroutine[Any, Any, AgentRunOutput]) -> AgentRunOutput:
         """Run ``body`` to the run's output, a cancel request meanwhile its interrupt; then end
         as Temporal should show it (:meth:`_end`)."""
         task = asyncio.ensure_future(body)
@@ -125,11 +123,11 @@ class Outcomes:
             except asyncio.CancelledError:
                 if task.done() and not task.cancelled():
                     break  # it had ended: the request came too late to interrupt it
-                if task.done() or self._cancel_requested:
+                if task.done() or self.cancel_requested:
                     raise  # the worker evicts the run
                 if workflow.cancellation_reason() is None:
                     raise
-                self._cancel_requested = True
+                self.cancel_requested = True
                 self._on_cancel()
         return await self._end(task.result())
 
@@ -142,7 +140,7 @@ class Outcomes:
             raise ApplicationError(
                 result.result or result.subtype, output, type=result.subtype, non_retryable=True
             )
-        if not (self._cancel_requested and result.subtype == "interrupted"):
+        if not (self.cancel_requested and result.subtype == "interrupted"):
             return output
         info = workflow.info()
         workflow.upsert_memo({OUTPUT_MEMO: output})
@@ -152,7 +150,7 @@ class Outcomes:
             await signal_quietly(parent, CHILD_OUTPUT_SIGNAL, ended)
         raise CancelledError("the run was cancelled: it ended interrupted")
 
-    def _ended_child(self, err: ChildWorkflowError, workflow_id: str) -> AgentRunOutput | None:
+    def ended_child(self, err: ChildWorkflowError, workflow_id: str) -> AgentRunOutput | None:
         """The output of a child run that ended Failed with an error result, or Canceled by a
         cancel request (it sent its output first); None when it ended otherwise."""
         output = output_of_failure(err)

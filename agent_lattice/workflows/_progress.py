@@ -6,15 +6,14 @@ upsert, and with the outcome at the end)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from .._messages import Usage
     from .._pricing import total_cost
     from .._steps import input_tokens
+    from ._books import Books
     from ._types import AgentRunInput
     from ._visibility import compact_tokens, progress_updates
 
@@ -26,28 +25,25 @@ SEARCH_ATTRIBUTES_PATCH = "lattice-search-attributes"
 
 
 class Progress:
-    """AgentWorkflow's progress; :meth:`_init_progress` sets its state."""
+    """Owned by an AgentWorkflow: what its run shows while it goes."""
 
-    _input: AgentRunInput
-    _usage: Usage
-    # from Delegating and Approvals
-    _cost_shares: Callable[[], dict[str, float | None]]
-    _waiting_lines: Callable[[], list[str]]
-
-    def _init_progress(self) -> None:
+    def __init__(self, input: AgentRunInput, books: Books) -> None:
+        self._input = input
+        self._books = books
         self._doing = ""
+        self._waiting: list[str] = []  # a line for each call waiting for a person
         self._indexed: bool | None = None
-        every = self._input.index_every_s  # None: at every tool turn (an older run)
+        every = input.index_every_s  # None: at every tool turn (an older run)
         self._index_every = timedelta(seconds=every) if every is not None else None
         self._indexed_at = workflow.now()  # the start attributes
 
-    def _show(self, doing: str, *, index: bool = False, outcome: str | None = None) -> None:
+    def show(self, doing: str, *, index: bool = False, outcome: str | None = None) -> None:
         """The run is now ``doing`` (``turn 3 · running Bash``): its current details, and
         with ``index``, when the server has them, its tokens, cost and (at the end) outcome
         as search attributes (an upsert is a history event: at the end, and at a turn
         ``index_every_s`` after the last)."""
-        usage = self._usage
-        cost = total_cost(self._cost_shares())
+        usage = self._books.usage
+        cost = total_cost(self._books.cost_shares())
         self._doing = f"{doing} · {compact_tokens(input_tokens(usage) + usage.output_tokens)}"
         if cost is not None:
             self._doing += f" · ${cost:.4f}"
@@ -64,11 +60,13 @@ class Progress:
         every = self._index_every
         return every is None or workflow.now() - self._indexed_at >= every
 
+    def show_waiting(self, lines: list[str]) -> None:
+        """The calls now waiting for a person, a line each beneath the progress."""
+        self._waiting = lines
+        self._show_details()
+
     def _show_details(self) -> None:
-        """Progress first, then the calls waiting for a person (the approvals' lines)."""
-        workflow.set_current_details(
-            "\n".join(x for x in [self._doing, *self._waiting_lines()] if x)
-        )
+        workflow.set_current_details("\n".join(x for x in [self._doing, *self._waiting] if x))
 
     def _indexing(self) -> bool:
         """Whether this run upserts search attributes: its starter found them registered,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from .._messages import ModelMessage, Usage
     from . import _contract as contract
     from ._types import AgentRunInput, TraceInput, TraceItem
 
@@ -49,3 +50,46 @@ class RunTrace:
             ),
             summary=f"{input.agent.name} · trace",
         )
+
+    async def run_start(self, prompt: ModelMessage) -> None:
+        """The run's start and its prompt (a delegated run says where it sits in the trace,
+        a team's lead names its team, the trace's root)."""
+        if not self.enabled:
+            return
+        input, info = self._input, workflow.info()
+        start: dict[str, object] = {
+            "agent": input.agent.name,
+            "model": input.agent.model,
+            "workflow_id": info.workflow_id,
+        }
+        if input.trace_parent is not None:
+            start["parent"] = input.trace_parent.model_dump()
+        if input.team_workflow_id is not None:
+            start["team_workflow_id"] = input.team_workflow_id
+        said: dict[str, object] = (
+            {"content_head": input.head}
+            if input.prompt_in_head
+            else {"content": prompt.to_wire()["content"]}
+        )
+        await self.emit([("run_start", start), ("user_message", said)])
+
+    async def result(
+        self,
+        subtype: str,
+        result: str | None,
+        *,
+        num_turns: int,
+        stop_reason: str | None,
+        usage: Usage,
+        total_cost_usd: float | None,
+    ) -> None:
+        """The run's result, as its ``ResultMessage`` will say it."""
+        data: dict[str, object] = {
+            "subtype": subtype,
+            "result": result,
+            "num_turns": num_turns,
+            "stop_reason": stop_reason,
+            "usage": usage.model_dump(),
+            "total_cost_usd": total_cost_usd,
+        }
+        await self.emit([("result", data)])

@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TeamEvent,
         TeamRunOutput,
     )
-    from ._outcomes import Outcomes, wait_condition
+    from ._outcomes import CHILD_OUTPUT_SIGNAL, ChildOutput, Outcomes, wait_condition
     from ._types import AgentRunOutput
 from ._delegation_types import (
     AdapterFinished,
@@ -71,7 +71,7 @@ _STOPS = ("interrupt", "cancel", "abort")
 
 
 @workflow.defn(name="TeamWorkflow")
-class TeamWorkflow(Outcomes):
+class TeamWorkflow:
     @workflow.init
     def __init__(self, input: TeamRunInput) -> None:
         self._input = input
@@ -90,7 +90,7 @@ class TeamWorkflow(Outcomes):
         self._late: list[TeamEvent] | None = None  # None: a run recorded before LATE_EVENTS
         self._recent: list[tuple[datetime, TeamEvent]] = []  # signalled within LATE_WINDOW
         self._tasks: set[asyncio.Future[None]] = set()
-        self._init_outcomes()
+        self._outcomes = Outcomes(self._on_cancel)  # how the run ends as Temporal shows it
 
     @workflow.signal
     def handoff(self, handoff: Handoff) -> None:
@@ -143,6 +143,12 @@ class TeamWorkflow(Outcomes):
                 asyncio.ensure_future(signal_quietly(handle, "approval_request", onward))
             )
 
+    @workflow.signal(name=CHILD_OUTPUT_SIGNAL)
+    def child_output(self, ended: ChildOutput) -> None:
+        """A run this one started (the lead, a member's work) is ending Canceled: its
+        output."""
+        self._outcomes.child_output(ended)
+
     @workflow.query
     def mailbox(self) -> list[TeamMessage]:
         return list(self._messages.values())
@@ -150,7 +156,7 @@ class TeamWorkflow(Outcomes):
     @workflow.run
     async def run(self, input: TeamRunInput) -> AgentRunOutput:
         if input.lead.temporal_outcomes:  # Temporal shows the outcome (see _outcomes)
-            return await self._to_outcome(self._run(input))
+            return await self._outcomes.run(self._run(input))
         return await self._run(input)
 
     def _on_cancel(self) -> None:
@@ -182,7 +188,7 @@ class TeamWorkflow(Outcomes):
             output = await self._lead
         except ChildWorkflowError as err:
             # a lead that ended Failed with an error result, or Canceled, has its output
-            output = self._ended_child(err, input.lead_workflow_id)
+            output = self._outcomes.ended_child(err, input.lead_workflow_id)
             if output is None:
                 raise
         finally:
@@ -350,7 +356,7 @@ class TeamWorkflow(Outcomes):
                 output = await handle
         except ChildWorkflowError as err:
             # a member that ended Failed with an error result, or Canceled, has its output
-            output = self._ended_child(err, handoff.workflow_id)
+            output = self._outcomes.ended_child(err, handoff.workflow_id)
             if output is None:
                 error = str(err.cause or err)
         except (ActivityError, ApplicationError) as err:

@@ -1,37 +1,68 @@
-"""The tool-batch part of AgentWorkflow: a model reply's tool calls run as activities
-(concurrency-safe ones together), and results the workflow made itself pass the
-``on_tool_result`` hook and the tracer."""
+"""AgentWorkflow's tool batch: a model reply's tool calls, run as activities (concurrency-safe
+ones together) or, for an agent tool, as a child workflow with its host code in local
+activities around it; results the workflow made itself pass the ``on_tool_result`` hook and
+the tracer."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from .._approvals import ApprovalAsk
     from .._loop import unknown_tool_result
     from .._messages import ModelMessage, ToolResultBlock, ToolUseBlock
     from . import _contract as contract
+    from ._approvals import Approvals
     from ._contract import HOST_FAILURES
+    from ._delegating import Delegates
     from ._failures import cut_off, did_not_finish, error_info
     from ._run_trace import RunTrace
+    from ._stop import Stop
     from ._types import AgentRunInput, ToolCallInput, ToolCallOutput, ToolResultsHookInput
+from ._delegation_types import CallEnded, ChildQuery, DelegateCallInput, HandedOff
 
 
 class ToolBatch:
-    """AgentWorkflow's tool calls; its state is set in ``AgentWorkflow.__init__`` and ``run``."""
+    """Owned by an AgentWorkflow: runs the tool calls of its model's replies."""
 
-    _input: AgentRunInput
-    _aborted: bool
-    _tool_calls: set[asyncio.Task[ToolCallOutput]]
-    _made_here: set[str]
-    # from AgentWorkflow and Delegating
-    _tracing: RunTrace
-    _call_child: Callable[[ToolUseBlock], Awaitable[ToolCallOutput]]
-    _decided: Callable[[ToolCallInput, ApprovalAsk], Awaitable[ToolCallInput | ToolCallOutput]]
+    def __init__(
+        self,
+        input: AgentRunInput,
+        stop: Stop,
+        tracing: RunTrace,
+        approvals: Approvals,
+        delegates: Delegates,
+    ) -> None:
+        self._input = input
+        self._stop = stop
+        self._tracing = tracing
+        self._approvals = approvals
+        self._delegates = delegates
+        self._running: set[asyncio.Task[ToolCallOutput]] = set()  # tool activities under way
+        self._made_here: set[str] = set()  # the running batch's results the workflow made
+
+    async def run(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
+        """Run the batch of ``reply`` (``safe``: the ids of its concurrency-safe calls) to one
+        outcome per call, in tool_use order, each passed through the on_tool_result hook and
+        the tracer where the workflow made it."""
+        self._made_here = set()
+        return await self._hook_made_here(reply, await self._run_tools(reply, safe))
+
+    async def answer_instead(
+        self, reply: ModelMessage, outcomes: list[ToolCallOutput]
+    ) -> list[ToolCallOutput]:
+        """The answers the workflow gives instead of running the batch (a refused batch, a
+        reply the history store could not take), through the hook and the tracer too."""
+        self._made_here = set()
+        return await self._hook_made_here(reply, self._made(outcomes))
+
+    def cancel_running(self) -> None:
+        """An abort: the tool activities under way are cancelled (each answers cancelled)."""
+        for task in self._running:
+            if not task.done():
+                task.cancel()
 
     async def _run_tools(self, reply: ModelMessage, safe: set[str]) -> list[ToolCallOutput]:
         """Run a batch: consecutive concurrency-safe calls together, the others alone;
@@ -60,7 +91,7 @@ class ToolBatch:
         return [outcomes[use.id] for use in reply.tool_uses]
 
     async def _call_tool(self, use: ToolUseBlock) -> ToolCallOutput:
-        if self._aborted:  # queued calls do not start after an abort
+        if self._stop.aborted:  # queued calls do not start after an abort
             return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
         agent = self._input.agent
         if use.name in agent.delegates or (
@@ -68,15 +99,15 @@ class ToolBatch:
         ):
             return await self._call_child(use)
         task = asyncio.ensure_future(self._call_tool_activity(use))
-        self._tool_calls.add(task)
+        self._running.add(task)
         try:
             return await task
         except asyncio.CancelledError:
-            if not self._aborted:
+            if not self._stop.aborted:
                 raise
             return self._made([ToolCallOutput(block=_aborted_result(use))])[0]
         finally:
-            self._tool_calls.discard(task)
+            self._running.discard(task)
 
     def _call_input(self, use: ToolUseBlock) -> ToolCallInput:
         input = self._input
@@ -109,16 +140,16 @@ class ToolBatch:
             )
             if output.approval is None:
                 return output
-            approved = await self._decided(call, output.approval)
-            if isinstance(approved, ToolCallOutput):
-                return approved
+            approved = await self._approvals.decided(call, output.approval)
+            if isinstance(approved, ToolResultBlock):
+                return self._made([ToolCallOutput(block=approved)])[0]
             return await contract.call_tool(
                 approved, preset, summary=f"{input.agent.name} · tool {name} · approved"
             )
         except (ActivityError, ApplicationError) as err:
             if error_info(err).type in HOST_FAILURES:
                 raise
-            if self._aborted:
+            if self._stop.aborted:
                 return self._made([ToolCallOutput(block=_aborted_result(call.tool_use))])[0]
             why = cut_off(err, timeout)
             if why is None:
@@ -127,6 +158,51 @@ class ToolBatch:
             message = did_not_finish(name, why, tried_twice=idempotent)
             block = ToolResultBlock(tool_use_id=use.id, content=message, is_error=True)
             return self._made([ToolCallOutput(block=block)])[0]
+
+    async def _call_child(self, use: ToolUseBlock) -> ToolCallOutput:
+        """An agent tool call: the child agent's query runs as a child workflow of this one,
+        or, handed off to a team member, in the team's runtime. Host code (permission, input
+        mapping, output validation, hooks) runs in local activities before and after it."""
+        input = self._input
+        call = DelegateCallInput(
+            **self._call_input(use).model_dump(), team_workflow_id=input.team_workflow_id
+        )
+        host = contract.host_preset(input.settings)
+        try:
+            call, prepared = await self._prepare(call, host)
+            if isinstance(prepared, HandedOff) and input.team_workflow_id is not None:
+                await self._delegates.hand_off(use.id, prepared)  # the receipt answers now
+            if isinstance(prepared, CallEnded | HandedOff):
+                return prepared.result
+            output, error = await self._delegates.run_child(use.id, prepared)
+            return await contract.delegate_finish(
+                call.model_copy(update={"output": output, "error": error}),
+                host,
+                summary=f"{input.agent.name} · delegate {use.name} · result",
+            )
+        except (ActivityError, ApplicationError) as err:
+            if error_info(err).type in HOST_FAILURES:
+                raise
+            return self._could_not_run(use, err)
+
+    async def _prepare(
+        self, call: DelegateCallInput, host: contract.Preset
+    ) -> tuple[DelegateCallInput, CallEnded | HandedOff | ChildQuery]:
+        """The host code before the child: a call the permission callback asks a person
+        about waits for the decision first (then runs as allowed, or ends denied)."""
+        summary = f"{self._input.agent.name} · delegate {call.tool_use.name}"
+        prepared = (await contract.delegate_prepare(call, host, summary=summary)).root
+        ask = prepared.result.approval if isinstance(prepared, CallEnded) else None
+        if ask is None:
+            return call, prepared
+        decided = await self._approvals.decided(call, ask)
+        if isinstance(decided, ToolResultBlock):
+            return call, CallEnded(result=self._made([ToolCallOutput(block=decided)])[0])
+        call = decided
+        prepared = (
+            await contract.delegate_prepare(call, host, summary=f"{summary} · approved")
+        ).root
+        return call, prepared
 
     def _could_not_run(self, use: ToolUseBlock, err: BaseException) -> ToolCallOutput:
         message = f"Tool {use.name!r} could not run: {error_info(err).message}"
