@@ -125,8 +125,8 @@ async def test_a_long_conversation_with_large_results_is_whole_across_continue_a
 ):
     from temporalio.client import WorkflowExecutionStatus
 
-    turns = 14
-    result, history, runtime = await _long_query(lattice_server, fake_anthropic, Replies(turns), 4)
+    turns = 10
+    result, history, runtime = await _long_query(lattice_server, fake_anthropic, Replies(turns), 3)
     try:
         assert result.subtype == "success" and result.num_turns == turns + 1
         # the stored conversation: the prompt, each turn's call and its whole result, the end
