@@ -8,7 +8,8 @@ Every request is answered from its first user message, ``turns=N latency=MS``: a
 ``tool_use`` of the tool ``step`` while the conversation holds fewer than N - 1 assistant
 messages, then the text ``done``; each reply waits ``latency`` ms before it starts, then
 streams (or is sent) at once. Any client of the
-Messages API (agent-lattice, pydantic-ai's Anthropic model) gets the same replies.
+Messages API (agent-lattice, pydantic-ai's Anthropic model) gets the same replies. It keeps
+no request once answered.
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ def reply(request: RecordedRequest) -> Reply:
 
 
 def main() -> None:
-    server = FakeAnthropicServer(reply).start()
+    def answer(request: RecordedRequest) -> Reply:
+        # forget what was asked: a long conversation's requests (megabytes each, one per
+        # turn) would otherwise fill this process's memory
+        server.reset()
+        return reply(request)
+
+    server = FakeAnthropicServer(answer).start()
     print(server.base_url, flush=True)
     sys.stdin.read()  # until the benchmark goes away
     server.stop()

@@ -73,9 +73,9 @@ class ActivitiesBase:
         ``copies=False``: shared with the store's cache and the input, to be read only."""
         store = self._transcripts
         try:
-            stored = await store.messages(head, copies=copies)
+            stored = await store.resolved(head, copies=copies)  # resolved once, then cached
             after = [m.model_copy(deep=True) for m in unsent] if copies else unsent
-            return await hydrate([*stored, *after], store)
+            return [*stored, *await hydrate(after, store)]
         except TranscriptMissing as err:
             raise ApplicationError(
                 str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True

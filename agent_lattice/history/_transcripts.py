@@ -31,7 +31,6 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from .._errors import ConfigurationError, TranscriptMissing
 from .._keys import EncryptionKeys
 from .._messages import ModelMessage, ToolResultBlock
 from ._at_rest import RecordCipher, cipher_of, open_record
+from ._transcript_cache import Blobs, Entry, TranscriptCache
 
 __all__ = [
     "TranscriptMissing",
@@ -73,49 +73,11 @@ def _message_json(message: ModelMessage) -> str:
     )
 
 
-class _Cache:
-    """Recently used transcripts by head, least recently used out first, bounded by their
-    JSON size (``LATTICE_TRANSCRIPT_CACHE_MB``) rather than by count: every running
-    conversation of a worker should stay in it, however many run at once, or each model request
-    reads and validates its whole transcript again (O(turns) per request)."""
-
-    def __init__(self, limit_mb: float) -> None:
-        self.limit = int(limit_mb * 2**20)
-        self.size = 0
-        self._entries: OrderedDict[str, tuple[tuple[ModelMessage, ...], int]] = OrderedDict()
-
-    def get(self, head: str) -> tuple[ModelMessage, ...] | None:
-        entry = self._entries.get(head)
-        if entry is None:
-            return None
-        self._entries.move_to_end(head)
-        return entry[0]
-
-    def take(self, head: str) -> tuple[tuple[ModelMessage, ...], int] | None:
-        """Remove and return a transcript being extended: a conversation moves on from its
-        head, and a prefix of a cached transcript would count its messages twice."""
-        entry = self._entries.pop(head, None)
-        if entry is not None:
-            self.size -= entry[1]
-        return entry
-
-    def put(self, head: str, messages: tuple[ModelMessage, ...], size: int) -> None:
-        old = self._entries.pop(head, None)
-        if old is not None:
-            self.size -= old[1]
-        if size > self.limit:
-            return
-        self._entries[head] = (messages, size)
-        self.size += size
-        while self.size > self.limit:
-            self.size -= self._entries.popitem(last=False)[1][1]
-
-
 class TranscriptStore:
     """Content-addressed messages and blobs. Subclasses provide the four primitives.
 
     Transcripts are immutable (a head names its content), so recently used ones are kept in
-    memory (:class:`_Cache`): the next turn's transcript is the cached one plus what was
+    memory (:class:`TranscriptCache`): the next turn's transcript is the cached one plus what was
     appended, with no read. ``cipher``: the encryption keys' (``_at_rest``), else None.
     """
 
@@ -132,11 +94,17 @@ class TranscriptStore:
     def _open(self, stored: str, key_id: str | None, place: bytes, what: str) -> str:
         return open_record(self.cipher, stored, key_id, place, what)
 
-    def _cache(self) -> _Cache:
+    def _cache(self) -> TranscriptCache:
         cache = self.__dict__.get("_transcripts")
         if cache is None:
-            cache = self.__dict__["_transcripts"] = _Cache(_settings.transcript_cache_mb())
+            cache = self.__dict__["_transcripts"] = TranscriptCache(_settings.transcript_cache_mb())
         return cache
+
+    def _blobs(self) -> Blobs:
+        blobs = self.__dict__.get("_blob_cache")
+        if blobs is None:  # an eighth of the transcripts' share
+            blobs = self.__dict__["_blob_cache"] = Blobs(self._cache().limit // 8)
+        return blobs
 
     async def append(self, head: str | None, messages: Sequence[ModelMessage]) -> str | None:
         """Store ``messages`` after ``head``; returns the new head (``head`` if none)."""
@@ -160,11 +128,13 @@ class TranscriptStore:
         if links:
             await self._write(self._put_links, links)
             cache = self._cache()
-            before = cache.take(start) if start is not None else ((), 0)
+            before = cache.take(start) if start is not None else Entry((), 0, ())
             if before is not None and head is not None:
                 copies = tuple(ModelMessage.model_validate_json(body) for body in bodies)
                 added = sum(len(body) for body in bodies)
-                cache.put(head, (*before[0], *copies), before[1] + added)
+                # what was resolved stays resolved: the next request resolves only these
+                after = Entry((*before.messages, *copies), before.size + added, before.resolved)
+                cache.put(head, after)
         return [link[0] for link in links]
 
     async def messages(self, head: str | None, *, copies: bool = True) -> list[ModelMessage]:
@@ -173,15 +143,38 @@ class TranscriptStore:
         as a deep copy costs O(turns) per request)."""
         if head is None:
             return []
+        cached = (await self._entry(head)).messages
+        return [m.model_copy(deep=True) for m in cached] if copies else list(cached)
+
+    async def resolved(self, head: str | None, *, copies: bool = True) -> list[ModelMessage]:
+        """The same messages with every tool result stored by reference resolved
+        (:func:`hydrate`). The cache keeps them resolved, so the next request of a running
+        conversation resolves only the messages added since: one blob read per new large
+        result, not one per large result of the whole conversation."""
+        if head is None:
+            return []
+        entry = await self._entry(head)
+        done, stored = entry.resolved, entry.messages
+        if len(done) < len(stored):
+            added, extra = await _resolve(stored[len(done) :], self)
+            if entry.resolved is done:  # no other request resolved them meanwhile
+                entry.resolved = (*done, *added)
+                self._cache().grow(head, entry, extra)
+            done = (*done, *added)
+        return [m.model_copy(deep=True) for m in done] if copies else list(done)
+
+    async def _entry(self, head: str) -> Entry:
+        """The cached transcript at ``head``, read from the store (and cached) on a miss."""
         cache = self._cache()
-        cached = cache.get(head)
-        if cached is None:
+        entry = cache.get(head)
+        if entry is None:
             bodies = await asyncio.to_thread(self._bodies, head)
             if bodies is None:
                 raise TranscriptMissing(_missing("transcript", head))
-            cached = tuple(ModelMessage.model_validate_json(b) for b in bodies)
-            cache.put(head, cached, sum(len(b) for b in bodies))
-        return [m.model_copy(deep=True) for m in cached] if copies else list(cached)
+            messages = tuple(ModelMessage.model_validate_json(b) for b in bodies)
+            entry = Entry(messages, sum(len(b) for b in bodies), ())
+            cache.put(head, entry)
+        return entry
 
     def _bodies(self, head: str) -> list[str] | None:
         rows = self._chain(head)
@@ -193,13 +186,19 @@ class TranscriptStore:
     async def put_blob(self, data: str) -> str:
         ref = self._address(data)
         await self._write(self._put_blob, ref, *self._seal(data, _place("blob", ref)))
+        self._blobs().put(ref, data)
         return ref
 
     async def get_blob(self, ref: str) -> str:
-        row = await asyncio.to_thread(self._get_blob, ref)
-        if row is None:
-            raise TranscriptMissing(_missing("tool result", ref))
-        return self._open(*row, _place("blob", ref), "a stored tool result")
+        blobs = self._blobs()
+        data = blobs.get(ref)
+        if data is None:
+            row = await asyncio.to_thread(self._get_blob, ref)
+            if row is None:
+                raise TranscriptMissing(_missing("tool result", ref))
+            data = self._open(*row, _place("blob", ref), "a stored tool result")
+            blobs.put(ref, data)
+        return data
 
     async def tool_call(self, key: str) -> tuple[bool, str | None]:
         """The record of the tool call with idempotency key ``key``: whether it started (only
@@ -525,7 +524,15 @@ def open_transcript_store(
 
 async def hydrate(messages: Sequence[ModelMessage], store: TranscriptStore) -> list[ModelMessage]:
     """The same messages with every tool result stored by reference resolved."""
+    return (await _resolve(messages, store))[0]
+
+
+async def _resolve(
+    messages: Sequence[ModelMessage], store: TranscriptStore
+) -> tuple[list[ModelMessage], int]:
+    """:func:`hydrate`'s messages, and the characters the resolved results added."""
     out: list[ModelMessage] = []
+    extra = 0
     for message in messages:
         if isinstance(message.content, str) or not any(
             isinstance(b, ToolResultBlock) and b.content_ref for b in message.content
@@ -535,11 +542,12 @@ async def hydrate(messages: Sequence[ModelMessage], store: TranscriptStore) -> l
         blocks = []
         for block in message.content:
             if isinstance(block, ToolResultBlock) and block.content_ref:
-                content = json.loads(await store.get_blob(block.content_ref))
-                block = block.model_copy(update={"content": content, "content_ref": None})
+                data = await store.get_blob(block.content_ref)
+                extra += len(data)
+                block = block.model_copy(update={"content": json.loads(data), "content_ref": None})
             blocks.append(block)
         out.append(message.model_copy(update={"content": blocks}))
-    return out
+    return out, extra
 
 
 async def run_transcript(
