@@ -7,6 +7,7 @@ features) are kept as :class:`OtherBlock` with every field preserved, never drop
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -175,6 +176,10 @@ class ModelMessage(BaseModel):
             ]
         )
         return {"role": self.role, "content": content}
+
+    def wire_json(self) -> str:
+        """:meth:`to_wire` as the JSON a request body carries."""
+        return json.dumps(self.to_wire(), separators=(",", ":"), ensure_ascii=False)
 
 
 # fields of ours on wire blocks: never sent to a provider

@@ -1,6 +1,7 @@
-"""A turn late in a long conversation costs what an early one does: a model request resolves
-and validates only what is new (the transcript store's cache keeps the conversation resolved),
-and a long conversation with large results survives continue-as-new whole."""
+"""A turn late in a long conversation costs what an early one does: a model request resolves,
+validates and encodes only what is new (the transcript store's cache keeps the conversation
+resolved and in its wire form), and a long conversation with large results survives
+continue-as-new whole."""
 
 from __future__ import annotations
 
@@ -31,14 +32,15 @@ class Counts:
     """What the model activities of this process resolve and read, counted where the
     transcript store does it: large results resolved (``get_blob``) and read from the
     store (its ``_get_blob`` primitive, and the characters read), transcript chains read from
-    the store, messages validated."""
+    the store, messages validated, messages encoded for the request body."""
 
-    FIELDS = ("resolved", "blob_reads", "chars_read", "chains", "validated")
+    FIELDS = ("resolved", "blob_reads", "chars_read", "chains", "validated", "encoded")
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.counts: dict[str, int] = dict.fromkeys(self.FIELDS, 0)
         get_blob, bodies = TranscriptStore.get_blob, TranscriptStore._bodies
         validate = ModelMessage.model_validate_json
+        wire_json, to_wire = ModelMessage.wire_json, ModelMessage.to_wire
 
         async def counted_get_blob(store: TranscriptStore, ref: str) -> str:
             self._count("resolved")
@@ -52,6 +54,14 @@ class Counts:
             self._count("validated")
             return validate(data, **kwargs)  # type: ignore[arg-type]
 
+        def counted_wire_json(message: ModelMessage) -> str:
+            self._count("encoded")
+            return wire_json(message)
+
+        def counted_to_wire(message: ModelMessage) -> dict[str, object]:
+            self._count("encoded")
+            return to_wire(message)
+
         for kind in (SqliteTranscriptStore, PostgresTranscriptStore):
             read = kind._get_blob
 
@@ -64,6 +74,8 @@ class Counts:
             monkeypatch.setattr(kind, "_get_blob", counted_read)
         monkeypatch.setattr(TranscriptStore, "get_blob", counted_get_blob)
         monkeypatch.setattr(TranscriptStore, "_bodies", counted_bodies)
+        monkeypatch.setattr(ModelMessage, "wire_json", counted_wire_json)
+        monkeypatch.setattr(ModelMessage, "to_wire", counted_to_wire)
         monkeypatch.setattr(
             _transcripts.ModelMessage, "model_validate_json", staticmethod(counted_validate)
         )
@@ -160,7 +172,8 @@ async def test_a_late_model_request_reads_and_validates_what_an_early_one_does(
     lattice_server, fake_anthropic, monkeypatch
 ):
     """Counted, not timed: the blobs a model request reads (large results resolved), the
-    transcript chains it reads and the messages it validates, at turn 2 and turn 12."""
+    transcript chains it reads, the messages it validates and those it encodes for the
+    request's body, at turn 2 and turn 12."""
     counts = Counts(monkeypatch)
     replies = Replies(12, counts)
     result, _, runtime = await _long_query(lattice_server, fake_anthropic, replies, 5)
@@ -177,6 +190,10 @@ async def test_a_late_model_request_reads_and_validates_what_an_early_one_does(
     # what it stores (the results it was given, the reply)
     assert [d["chains"] for d in done] == [0] * 13, done
     assert early["validated"] == 2, done
+    # ... and encodes for the body only what is new, not the conversation: the results it was
+    # given, and the cache the two messages stored since the last request (the last results
+    # and reply); each in wire_json, whose to_wire counts too
+    assert early["encoded"] == 6, done
 
 
 @pytest.mark.parametrize("limit_mb", ["64", "0"])
@@ -196,6 +213,8 @@ async def test_resolved_transcripts_equal_hydrated_ones_on_a_hit_and_a_miss(
         head = await store.append(head, [ModelMessage(role="user", content=[block])])
         resolved = await store.resolved(head)
         assert resolved == await hydrate(await store.messages(head), store)
+        shared, wire = await store.encoded(head)
+        assert shared == resolved and wire == [m.wire_json() for m in resolved]
         assert resolved[-1].content[0].content == result_of(turn)  # type: ignore[union-attr]
         # a copy is the caller's: changing it changes nothing cached
         resolved[-1].content.clear()  # type: ignore[union-attr]

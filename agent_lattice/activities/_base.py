@@ -81,6 +81,23 @@ class ActivitiesBase:
                 str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True
             ) from None
 
+    async def _encoded_transcript(
+        self, head: str | None, unsent: list[ModelMessage], encoded: dict[int, str]
+    ) -> list[ModelMessage]:
+        """:meth:`_transcript`'s messages shared with the store's cache (to be read only), and
+        into ``encoded`` the wire JSON the cache keeps of them, by ``id()`` (valid while the
+        returned list holds them)."""
+        store = self._transcripts
+        try:
+            stored, wire = await store.encoded(head)
+            after = await hydrate(unsent, store)
+        except TranscriptMissing as err:
+            raise ApplicationError(
+                str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True
+            ) from None
+        encoded.update(zip(map(id, stored), wire, strict=True))
+        return [*stored, *after]
+
     def _tracer(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> Tracer:
         """The session's trace events go to its query's tracer (``query(tracer=)``, bound in
         this process) when it has one, else to the agent's own."""

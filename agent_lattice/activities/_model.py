@@ -52,7 +52,11 @@ class ModelActivities(ActivitiesBase):
             and not tracer.enabled
             and getattr(agent.model_client, "reads_messages_only", False) is True
         )
-        transcript = await self._transcript(input.head, input.unsent, copies=not shared)
+        encoded: dict[int, str] = {}  # a message's wire JSON by id(), where the cache has it
+        if shared and input.stream:
+            transcript = await self._encoded_transcript(input.head, input.unsent, encoded)
+        else:
+            transcript = await self._transcript(input.head, input.unsent, copies=not shared)
         shaped = ModelRequestContext(
             messages=transcript,
             system_prompt=_system_prompt(agent),
@@ -68,9 +72,14 @@ class ModelActivities(ActivitiesBase):
                 system=shaped.system_prompt,
                 messages=[m.to_wire() for m in shaped.messages],
             )
+        messages = alternating(shaped.messages)
         request = ModelRequest(
             model=config.model,
-            messages=alternating(shaped.messages),
+            messages=messages,
+            # the transcript cache's own messages keep their encoding (merged ones are new)
+            wire_messages=[encoded.get(id(m)) or m.wire_json() for m in messages]
+            if encoded
+            else None,
             system=shaped.system_prompt,
             tools=[t.spec() for t in config.tools],
             max_tokens=config.max_tokens,

@@ -12,15 +12,21 @@ __all__ = ["Blobs", "Entry", "TranscriptCache"]
 
 class Entry:
     """A cached transcript: its messages as stored (large tool results as references), the
-    size they count for, and ``resolved``: the first of them with those references resolved
-    (``_transcripts.hydrate``), extended as model requests read them."""
+    size they count for, ``resolved``: the first of them with those references resolved
+    (``_transcripts.hydrate``), extended as model requests read them, and ``wire``: the first
+    of those as a request body carries them (``ModelMessage.wire_json``), extended as requests
+    to the Messages API send them."""
 
-    __slots__ = ("messages", "resolved", "size")
+    __slots__ = ("messages", "resolved", "size", "wire")
 
     def __init__(
-        self, messages: tuple[ModelMessage, ...], size: int, resolved: tuple[ModelMessage, ...]
+        self,
+        messages: tuple[ModelMessage, ...],
+        size: int,
+        resolved: tuple[ModelMessage, ...],
+        wire: tuple[str, ...] = (),
     ) -> None:
-        self.messages, self.size, self.resolved = messages, size, resolved
+        self.messages, self.size, self.resolved, self.wire = messages, size, resolved, wire
 
 
 class TranscriptCache:

@@ -133,7 +133,9 @@ class TranscriptStore:
                 copies = tuple(ModelMessage.model_validate_json(body) for body in bodies)
                 added = sum(len(body) for body in bodies)
                 # what was resolved stays resolved: the next request resolves only these
-                after = Entry((*before.messages, *copies), before.size + added, before.resolved)
+                after = Entry(
+                    (*before.messages, *copies), before.size + added, before.resolved, before.wire
+                )
                 cache.put(head, after)
         return [link[0] for link in links]
 
@@ -153,15 +155,39 @@ class TranscriptStore:
         result, not one per large result of the whole conversation."""
         if head is None:
             return []
+        done = await self._resolved_in(head, await self._entry(head))
+        return [m.model_copy(deep=True) for m in done] if copies else list(done)
+
+    async def encoded(self, head: str | None) -> tuple[list[ModelMessage], list[str]]:
+        """:meth:`resolved`'s messages (the cache's own: to be read only) and each one's JSON
+        as a Messages API request carries it (``ModelMessage.wire_json``). The cache keeps
+        them encoded, so a request of a running conversation encodes only what is new: its
+        body costs a join, not an encoding of the whole conversation."""
+        if head is None:
+            return [], []
         entry = await self._entry(head)
+        done = await self._resolved_in(head, entry)
+        wire = entry.wire
+        if len(wire) < len(done):
+            added = tuple(m.wire_json() for m in done[len(wire) :])
+            if entry.wire is wire and entry.resolved is done:  # still the cache's own
+                entry.wire = (*wire, *added)
+                self._cache().grow(head, entry, sum(len(w) for w in added))
+            wire = (*wire, *added)
+        return list(done), list(wire[: len(done)])
+
+    async def _resolved_in(self, head: str, entry: Entry) -> tuple[ModelMessage, ...]:
+        """``entry``'s messages resolved, the cache's entry extended to them (unless another
+        request extended it meanwhile)."""
         done, stored = entry.resolved, entry.messages
         if len(done) < len(stored):
             added, extra = await _resolve(stored[len(done) :], self)
             if entry.resolved is done:  # no other request resolved them meanwhile
                 entry.resolved = (*done, *added)
                 self._cache().grow(head, entry, extra)
+                return entry.resolved
             done = (*done, *added)
-        return [m.model_copy(deep=True) for m in done] if copies else list(done)
+        return done
 
     async def _entry(self, head: str) -> Entry:
         """The cached transcript at ``head``, read from the store (and cached) on a miss."""

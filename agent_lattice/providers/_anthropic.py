@@ -179,13 +179,12 @@ class AnthropicModelClient:
             self._client_http = http
         return self._client
 
-    def params(self, request: ModelRequest) -> dict[str, Any]:
-        """The Messages API parameters for ``request`` (exposed for tests and debugging)."""
-        params: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "messages": [m.to_wire() for m in request.messages],
-        }
+    def params(self, request: ModelRequest, *, messages: bool = True) -> dict[str, Any]:
+        """The Messages API parameters for ``request`` (exposed for tests and debugging;
+        ``messages=False``: all but the messages)."""
+        params: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+        if messages:
+            params["messages"] = [m.to_wire() for m in request.messages]
         if request.system:
             params["system"] = request.system
         if request.tools:
@@ -206,7 +205,7 @@ class AnthropicModelClient:
             params["timeout"] = request.timeout_ms / 1000
         return params
 
-    async def _post_streamed(self, params: dict[str, Any]) -> Any:
+    async def _post_streamed(self, params: dict[str, Any], wire: list[str] | None) -> Any:
         """POST ``params`` as a streamed Messages request; its events come as plain dicts.
 
         The SDK's ``messages.create`` copies the whole body (every message and tool schema,
@@ -219,6 +218,10 @@ class AnthropicModelClient:
         connection errors. What it leaves out: the SDK's span of the call, which exists only
         with OpenTelemetry installed (then ``messages.create`` sends the request, see
         ``_sdk_traces``), and the SDK's warning about a deprecated model.
+
+        ``wire``: the messages already encoded (``ModelRequest.wire_messages``; ``params`` then
+        has none), joined into the body as they are, so a request's encoding does not grow
+        with the conversation (bench/README.md, eleventh round).
         """
         from anthropic import AsyncStream
 
@@ -228,10 +231,13 @@ class AnthropicModelClient:
         options: dict[str, Any] = {}
         if "timeout" in params:
             options["timeout"] = params["timeout"]
+        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        if wire is not None:  # the object's last "}" closes the messages' array instead
+            content = f'{content[:-1]},"messages":[{",".join(wire)}]}}'
         return await self._sdk().post(
             "/v1/messages",
             cast_to=object,
-            content=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+            content=content.encode(),
             options=options,  # type: ignore[arg-type]  # a RequestOptions TypedDict
             stream=True,
             stream_cls=AsyncStream[object],
@@ -242,13 +248,14 @@ class AnthropicModelClient:
     ) -> ModelMessage:
         import anthropic
 
-        params = self.params(request)
+        wire = request.wire_messages if request.stream and not _sdk_traces() else None
+        params = self.params(request, messages=wire is None)
         try:
             if request.stream:
                 if _sdk_traces():  # its span of the call, with the request's trace context
                     stream = await self._sdk().messages.create(**params, stream=True)
                 else:
-                    stream = await self._post_streamed(params)
+                    stream = await self._post_streamed(params, wire)
                 async with stream:
                     final = await _read_stream(stream, on_event)
             else:

@@ -30,6 +30,11 @@ class ModelRequest(BaseModel):
     reasoning_effort: str | None = None
     output_format: dict[str, Any] | None = None
     timeout_ms: int | None = None
+    # ``messages`` as a Messages API request body carries them (``ModelMessage.wire_json``),
+    # one JSON text each, when the runtime has them encoded already (its transcript cache
+    # keeps them so): a client that sends that form may join these instead of encoding the
+    # whole conversation again. None: encode ``messages``.
+    wire_messages: list[str] | None = Field(default=None, exclude=True, repr=False)
 
 
 class ProviderError(LatticeError):
