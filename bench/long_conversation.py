@@ -162,13 +162,16 @@ def intact(history: Sequence[ModelMessage], turns: int, size: int) -> None:
 async def send_cost(
     variant: Lattice, history: list[ModelMessage], at: Sequence[int], calls: int
 ) -> dict[int, tuple[float, float, int]]:
-    """The provider's ``create()`` of the conversation cut at each turn in ``at``: median
-    wall ms, mean CPU ms, request bytes (JSON of the messages); interleaved."""
+    """The provider's ``create()`` of the conversation cut at each turn in ``at``, its
+    messages encoded already as the model activity hands them over (the transcript cache's
+    wire form): median wall ms, mean CPU ms, request bytes (JSON of the messages);
+    interleaved."""
     client = variant.agent.model_client
     requests = {
         t: ModelRequest(
             model="claude-bench", messages=history[: 2 * t + 1], max_tokens=1024, stream=True,
             tools=[tl.spec() for tl in variant.agent.config.tools],
+            wire_messages=[m.wire_json() for m in history[: 2 * t + 1]],
         )
         for t in at
     }  # fmt: skip
