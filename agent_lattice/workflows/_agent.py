@@ -1,3 +1,4 @@
+# pyright: strict
 """AgentWorkflow: one ``agent.query()``, end to end.
 
 Each model request and each tool call is an activity; the loop's decisions (``next_step``)

@@ -1,3 +1,4 @@
+# pyright: strict
 """The ``invoke_agent <agent>`` span of a query (OpenTelemetry GenAI conventions): made in
 workflow code around the run, so the run's activity spans (``chat <model>``,
 ``execute_tool <tool>``) and child runs are beneath it.

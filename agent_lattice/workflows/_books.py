@@ -1,3 +1,4 @@
+# pyright: strict
 """A query's books: the usage and cost of everything it ran, each agent's share apart, and its
 ``max_budget_usd``, which bounds everything it reaches.
 

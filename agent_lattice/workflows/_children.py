@@ -1,3 +1,4 @@
+# pyright: strict
 """What AgentWorkflow and TeamWorkflow both do with the workflows they start."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# pyright: strict
 """AgentWorkflow's delegates: the child runs its agent tools start, the team a lead hands work
 to (its reports, its mailbox), and the signals passed on to both."""
 

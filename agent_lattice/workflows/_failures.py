@@ -1,3 +1,4 @@
+# pyright: strict
 """What a failed activity means to the agent loop: the error a query reports, a model request
 given up on its budget, and whether a tool call may have run (the model must know)."""
 

@@ -1,3 +1,4 @@
+# pyright: strict
 """AgentWorkflow's writes to its agent's history store: a delegated run whose agent has a history store
 writes each of its messages there as it lands (the prompt, each assistant message, each
 tool-results message), through a local activity the run awaits before it goes on.

@@ -1,3 +1,4 @@
+# pyright: strict
 """TeamMailboxWorkflow: a team's mailbox kept by Temporal (the default team mailbox).
 
 One long-lived workflow per mailbox store holds the messages. Messages arrive as ``send``

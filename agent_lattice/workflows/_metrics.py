@@ -1,3 +1,4 @@
+# pyright: strict
 """agent-lattice's own metrics, recorded through Temporal's metric meter.
 
 Activities record with ``activity.metric_meter()`` and workflows with

@@ -1,3 +1,4 @@
+# pyright: strict
 """What a workflow is told about an agent, built from its config (client and worker side)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# pyright: strict
 """TeamWorkflow: the runtime of one ``team.query()``.
 
 It starts the lead's query as a child ``AgentWorkflow`` and runs the work the lead hands off:

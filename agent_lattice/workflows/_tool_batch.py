@@ -1,3 +1,4 @@
+# pyright: strict
 """AgentWorkflow's tool batch: a model reply's tool calls, run as activities (concurrency-safe
 ones together) or, for an agent tool, as a child workflow with its host code in local
 activities around it; results the workflow made itself pass the ``on_tool_result`` hook and
