@@ -6,10 +6,10 @@ or days, across worker restarts and the exit of the process that started the que
 keeps its waiting requests in its memo (``APPROVAL_MEMO``, readable while no worker is up)
 and in its current details (the Temporal UI's "waiting for approval: <tool>"), and how each
 ended, by whom, in its memo too (``APPROVAL_HISTORY_MEMO``, carried across continue-as-new).
-A decision is a ``resolve_approval`` update (the workflow declares it): its validator refuses an unknown or already
-decided id, and a decision whose ``approver`` is not on the request's allow-list, before
-anything is written (a payload the worker cannot read was refused before the validator ran);
-an ``updated_input`` is checked against the tool's schema first.
+A decision is a ``resolve_approval`` update (the workflow declares it): its validator refuses
+an unknown or already decided id, and a decision whose ``approver`` is not on the request's
+allow-list, before anything is written (a payload the worker cannot read was refused before
+the validator ran); an ``updated_input`` is checked against the tool's schema first.
 Each request is published on the run's stream and passed up to the parent run, so the
 top-level query's stream shows its children's and team members' requests too.
 """
@@ -86,8 +86,8 @@ class Approvals:
             workflow.upsert_memo({APPROVAL_HISTORY_MEMO: history})
 
     async def resolve(self, decision: ApprovalDecision) -> PendingApproval:
-        """The ``resolve_approval`` update: decide on a waiting request: the tool runs (``allow``) or the model is told
-        (``deny``). Refused (an ``ApprovalError`` for the caller) for an unknown or already
+        """The ``resolve_approval`` update: decide on a waiting request: the tool runs
+        (``allow``) or the model is told (``deny``). Refused (an ``ApprovalError`` for the caller) for an unknown or already
         decided id, an approver the request's allow-list lacks, or an ``updated_input`` the
         tool's schema does not accept."""
         request = self._undecided(decision.approval_id)

@@ -1,7 +1,8 @@
 # pyright: strict
-"""AgentWorkflow's writes to its agent's history store: a delegated run whose agent has a history store
-writes each of its messages there as it lands (the prompt, each assistant message, each
-tool-results message), through a local activity the run awaits before it goes on.
+"""AgentWorkflow's writes to its agent's history store: a delegated run whose agent has a
+history store writes each of its messages there as it lands (the prompt, each assistant
+message, each tool-results message), through a local activity the run awaits before it goes
+on.
 
 The run is the durable record of what landed (:class:`Landing`, carried across
 continue-as-new and returned with the output), so the run's end writes only what did not
