@@ -77,6 +77,21 @@ async def test_a_streamed_request_sends_exactly_its_parameters():
     assert reply.text == "ok"
 
 
+async def test_messages_encoded_already_make_the_same_body():
+    """``wire_messages`` (the transcript cache's encoding, as the model activity hands it over)
+    are joined into the body as they are: the provider gets the body it gets without them."""
+    client = AnthropicModelClient(api_key="sk-wire")
+    plain = _request(timeout_ms=30_000)
+    encoded = _request(timeout_ms=30_000, wire_messages=[m.wire_json() for m in plain.messages])
+    with FakeAnthropicServer(lambda r: text("ok")) as fake:
+        client._base_url = fake.base_url
+        replies = [await client.create(plain), await client.create(encoded)]
+        first, second = fake.requests
+    assert second.body == first.body
+    assert second.body["messages"][2]["content"][0]["content"] == "ünïcode ✓"
+    assert [r.text for r in replies] == ["ok", "ok"]
+
+
 async def test_null_fields_of_the_events_are_dropped_but_not_inside_tool_inputs():
     """Providers send null for absent fields (stop_sequence, usage counts, a search result's
     page_age): the reply and the streamed events leave them out, as the SDK's models did,
