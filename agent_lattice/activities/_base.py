@@ -66,37 +66,31 @@ class ActivitiesBase:
         return opened[1]
 
     async def _transcript(
-        self, head: str | None, unsent: list[ModelMessage], *, copies: bool = True
+        self,
+        head: str | None,
+        unsent: list[ModelMessage],
+        *,
+        copies: bool = True,
+        encoded: dict[int, str] | None = None,
     ) -> list[ModelMessage]:
         """The whole transcript: the messages up to ``head`` and the unsent ones after them
         (not stored here: the caller stores them with what it adds, in one write).
-        ``copies=False``: shared with the store's cache and the input, to be read only."""
+        ``copies=False``: shared with the store's cache and the input, to be read only.
+        ``encoded`` (shared, as with ``copies=False``): filled with the wire JSON the cache
+        keeps of the stored messages, by ``id()`` (valid while the returned list holds them)."""
         store = self._transcripts
         try:
-            stored = await store.resolved(head, copies=copies)  # resolved once, then cached
+            if encoded is not None:
+                stored, wire = await store.encoded(head)
+                encoded.update(zip(map(id, stored), wire, strict=True))
+            else:  # resolved once, then cached
+                stored = await store.resolved(head, copies=copies)
             after = [m.model_copy(deep=True) for m in unsent] if copies else unsent
             return [*stored, *await hydrate(after, store)]
         except TranscriptMissing as err:
             raise ApplicationError(
                 str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True
             ) from None
-
-    async def _encoded_transcript(
-        self, head: str | None, unsent: list[ModelMessage], encoded: dict[int, str]
-    ) -> list[ModelMessage]:
-        """:meth:`_transcript`'s messages shared with the store's cache (to be read only), and
-        into ``encoded`` the wire JSON the cache keeps of them, by ``id()`` (valid while the
-        returned list holds them)."""
-        store = self._transcripts
-        try:
-            stored, wire = await store.encoded(head)
-            after = await hydrate(unsent, store)
-        except TranscriptMissing as err:
-            raise ApplicationError(
-                str(err), type=FailureType.TRANSCRIPT_MISSING, non_retryable=True
-            ) from None
-        encoded.update(zip(map(id, stored), wire, strict=True))
-        return [*stored, *after]
 
     def _tracer(self, agent: Agent, session_id: str, run_id: str | None, seq: int) -> Tracer:
         """The session's trace events go to its query's tracer (``query(tracer=)``, bound in

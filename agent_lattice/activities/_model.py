@@ -53,10 +53,12 @@ class ModelActivities(ActivitiesBase):
             and getattr(agent.model_client, "reads_messages_only", False) is True
         )
         encoded: dict[int, str] = {}  # a message's wire JSON by id(), where the cache has it
-        if shared and input.stream:
-            transcript = await self._encoded_transcript(input.head, input.unsent, encoded)
-        else:
-            transcript = await self._transcript(input.head, input.unsent, copies=not shared)
+        transcript = await self._transcript(
+            input.head,
+            input.unsent,
+            copies=not shared,
+            encoded=encoded if shared and input.stream else None,
+        )
         shaped = ModelRequestContext(
             messages=transcript,
             system_prompt=_system_prompt(agent),
