@@ -38,6 +38,7 @@ from deploy_kit import (
     lattice_services,
     service_env,
 )
+from test_worker_health import get
 
 from agent_lattice.client._server import _free_port, temporal_binary
 
@@ -143,16 +144,6 @@ def _k8s_env(env: dict[str, str], secrets: Path, server: str) -> dict[str, str]:
     env["TEMPORAL_ADDRESS"] = server
     env["LATTICE_STREAM_HOST"] = "127.0.0.1"  # fieldRef status.podIP
     return env
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
-            return answer.status, answer.read().decode().strip()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode().strip()
-    except OSError as err:
-        return 0, str(err)
 
 
 def _until(check: Any, within: float, what: str) -> Any:
@@ -435,33 +426,22 @@ def test_a_rollout_from_v1_to_v2_with_the_guide_s_commands(
         return json.loads(out.splitlines()[-1])
 
     deploy = ["worker", "deployment"]
+
+    def make_current(build: str) -> None:
+        _temporal(
+            lattice_server, *deploy, "set-current-version", "--deployment-name", deployment,
+            "--build-id", build, "--yes",
+        )  # fmt: skip
+
     v1 = start("v1")
-    _temporal(
-        lattice_server,
-        *deploy,
-        "set-current-version",
-        "--deployment-name",
-        deployment,
-        "--build-id",
-        "v1",
-        "--yes",
-    )
+    make_current("v1")
     story = ask(v1, "Tell me a story")  # long: it streams for seconds
     v2 = start("v2")
     _temporal(
         lattice_server, *deploy, "set-ramping-version", "--deployment-name", deployment,
         "--build-id", "v2", "--percentage", "10", "--yes",
     )  # fmt: skip
-    _temporal(
-        lattice_server,
-        *deploy,
-        "set-current-version",
-        "--deployment-name",
-        deployment,
-        "--build-id",
-        "v2",
-        "--yes",
-    )
+    make_current("v2")
     assert story.poll() is None  # the story still streams from v1 while v2 is current
     answered = result(ask(v2, QUESTION))
     assert answered["result"] == "Done: 42."

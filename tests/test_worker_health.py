@@ -20,11 +20,14 @@ from agent_lattice.worker._health import HealthEndpoints
 
 
 def get(port: int, path: str) -> tuple[int, str]:
+    """The status and body of a GET on this machine (0 and why: nothing answered)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
             return answer.status, answer.read().decode().strip()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode().strip()
+    except OSError as err:
+        return 0, str(err)
 
 
 async def fetch(port: int, path: str) -> tuple[int, str]:
